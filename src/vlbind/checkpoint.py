@@ -1,0 +1,89 @@
+"""Model directories and resumable training state: safetensors + JSON, written atomically.
+
+A model directory holds `model.safetensors` (weights; the constructor arguments in its metadata),
+`meta.json` (stage, settings, steps, best validation accuracy, parent, library version) and
+`metrics.parquet` (the training curve). Nothing is ever unpickled from disk.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+
+import pandas as pd
+import torch
+from safetensors import safe_open
+from safetensors.torch import save_file
+
+from .model import ModelConfig, Transformer
+
+MODEL_FILE, META_FILE, METRICS_FILE = "model.safetensors", "meta.json", "metrics.parquet"
+
+
+def atomic_write(path: Path, write) -> None:
+    """Call write(tmp_path) and move the result onto `path` in one step, so readers never see half a file."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    os.close(fd)
+    try:
+        write(tmp)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def save_tensors(path: Path, tensors: dict[str, torch.Tensor], metadata: dict) -> None:
+    tensors = {k: v.detach().contiguous().cpu() for k, v in tensors.items()}
+    atomic_write(path, lambda tmp: save_file(tensors, tmp, metadata={"json": json.dumps(metadata)}))
+
+
+def load_tensors(path: Path) -> tuple[dict[str, torch.Tensor], dict]:
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"no checkpoint file {path}")
+    with safe_open(str(path), framework="pt") as f:
+        tensors = {k: f.get_tensor(k) for k in f.keys()}
+        metadata = json.loads((f.metadata() or {}).get("json", "{}"))
+    return tensors, metadata
+
+
+def save_model(directory: Path, model: Transformer, meta: dict, metrics: pd.DataFrame) -> None:
+    """Write weights, meta.json and metrics.parquet of a finished stage into `directory`."""
+    directory = Path(directory)
+    save_tensors(directory / MODEL_FILE, model.state_dict(), {"model_config": model.cfg.to_dict()})
+    atomic_write(directory / METRICS_FILE, lambda tmp: metrics.to_parquet(tmp, index=False))
+    atomic_write(directory / META_FILE, lambda tmp: Path(tmp).write_text(json.dumps(meta, indent=2) + "\n"))
+
+
+def load_model(directory: Path, device: str | torch.device = "cpu") -> tuple[Transformer, dict]:
+    """Rebuild the model stored in `directory` (from its own constructor arguments) and its meta."""
+    directory = Path(directory)
+    if not (directory / MODEL_FILE).is_file():
+        raise FileNotFoundError(f"{directory} holds no {MODEL_FILE}; train that stage first")
+    tensors, metadata = load_tensors(directory / MODEL_FILE)
+    if "model_config" not in metadata:
+        raise ValueError(f"{directory / MODEL_FILE} lacks the model_config metadata written by vlbind")
+    model = Transformer(ModelConfig(**metadata["model_config"]))
+    model.load_state_dict(tensors)
+    meta_path = directory / META_FILE
+    meta = json.loads(meta_path.read_text()) if meta_path.is_file() else {}
+    return model.to(device), meta
+
+
+def optimizer_tensors(opt: torch.optim.Optimizer) -> tuple[dict[str, torch.Tensor], list]:
+    """Flatten an optimizer state dict into named tensors plus JSON-able param groups."""
+    sd = opt.state_dict()
+    tensors = {f"optim.{i}.{k}": v for i, st in sd["state"].items() for k, v in st.items()}
+    return tensors, sd["param_groups"]
+
+
+def load_optimizer_tensors(opt: torch.optim.Optimizer, tensors: dict[str, torch.Tensor], groups: list) -> None:
+    state: dict[int, dict] = {}
+    for key, v in tensors.items():
+        _, i, k = key.split(".", 2)
+        state.setdefault(int(i), {})[k] = v
+    opt.load_state_dict({"state": state, "param_groups": groups})

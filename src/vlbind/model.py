@@ -1,0 +1,225 @@
+"""The paper's small decoder-only transformer (appendix D.1, Table 2) with a hook API for analyses.
+
+Design: pre-norm blocks (LayerNorm -> causal self-attention -> residual add; LayerNorm -> GELU MLP ->
+residual add), no biases in linear layers, no dropout, untied input and output embeddings. RoPE is applied
+to queries and keys, rotating interleaved (even, odd) dimension pairs; its position ids are an input, so
+unattendable noise can be realised as jumps in them (see tasks.py). Attention uses
+`scaled_dot_product_attention` unless a hook needs the scores or the pattern.
+
+Hook points are identity modules named by module path, as in TransformerLens:
+    blocks.{i}.hook_resid_pre, blocks.{i}.hook_resid_mid, blocks.{i}.hook_resid_post,
+    blocks.{i}.hook_attn_out, blocks.{i}.hook_mlp_out,
+    blocks.{i}.attn.hook_attn_scores (pre-softmax, causal mask applied: where knockouts belong),
+    blocks.{i}.attn.hook_pattern (post-softmax)
+A hook is `fn(tensor, name) -> tensor | None` (None keeps the tensor). Attach hooks only through
+`with model.hooks([(name, fn), ...]):`, which removes them on exit, exceptions and nesting included.
+"""
+
+from __future__ import annotations
+
+import math
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass
+from typing import Callable, Iterable
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+HookFn = Callable[[torch.Tensor, str], "torch.Tensor | None"]
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    n_layers: int = 12
+    d_model: int = 128
+    d_ff: int = 512
+    n_heads: int = 4
+    vocab_size: int = 1000
+    rope_base: float = 10000.0  # lost from the paper's text; our assumption (the RoFormer default)
+    max_positions: int = 8192  # longest RoPE position id (noise jumps included)
+
+    def __post_init__(self) -> None:
+        if self.d_model % self.n_heads or (self.d_model // self.n_heads) % 2:
+            raise ValueError(f"d_model={self.d_model} must split into n_heads={self.n_heads} heads of even size")
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+class HookPoint(nn.Module):
+    """Identity that runs attached hook functions in order."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fns: list[HookFn] = []
+        self.name = ""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for fn in self.fns:
+            out = fn(x, self.name)
+            if out is not None:
+                x = out
+        return x
+
+
+def rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """Rotate interleaved pairs (x[2i], x[2i+1]) of x (B, H, T, Dh) by angles with cos/sin (B, 1, T, Dh/2)."""
+    x0, x1 = x.unflatten(-1, (-1, 2)).unbind(-1)
+    return torch.stack((x0 * cos - x1 * sin, x0 * sin + x1 * cos), dim=-1).flatten(-2)
+
+
+class Attention(nn.Module):
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.n_heads, self.d_head = cfg.n_heads, cfg.d_model // cfg.n_heads
+        self.qkv = nn.Linear(cfg.d_model, 3 * cfg.d_model, bias=False)
+        self.out = nn.Linear(cfg.d_model, cfg.d_model, bias=False)
+        self.hook_attn_scores = HookPoint()
+        self.hook_pattern = HookPoint()
+
+    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+        B, T, D = x.shape
+        q, k, v = self.qkv(x).view(B, T, 3, self.n_heads, self.d_head).permute(2, 0, 3, 1, 4)  # (B, H, T, Dh)
+        q, k = rope(q, cos, sin), rope(k, cos, sin)
+        if self.hook_attn_scores.fns or self.hook_pattern.fns:
+            scores = (q @ k.transpose(-1, -2)) / math.sqrt(self.d_head)  # (B, H, T, T)
+            causal = torch.ones(T, T, dtype=torch.bool, device=x.device).tril()
+            scores = self.hook_attn_scores(scores.masked_fill(~causal, float("-inf")))
+            pattern = self.hook_pattern(scores.softmax(dim=-1).to(v.dtype))
+            y = pattern @ v
+        else:
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        return self.out(y.transpose(1, 2).reshape(B, T, D))
+
+
+class MLP(nn.Module):
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.up = nn.Linear(cfg.d_model, cfg.d_ff, bias=False)
+        self.down = nn.Linear(cfg.d_ff, cfg.d_model, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down(F.gelu(self.up(x)))
+
+
+class Block(nn.Module):
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.ln1, self.ln2 = nn.LayerNorm(cfg.d_model), nn.LayerNorm(cfg.d_model)
+        self.attn, self.mlp = Attention(cfg), MLP(cfg)
+        self.hook_resid_pre, self.hook_resid_mid, self.hook_resid_post = HookPoint(), HookPoint(), HookPoint()
+        self.hook_attn_out, self.hook_mlp_out = HookPoint(), HookPoint()
+
+    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+        x = self.hook_resid_pre(x)
+        x = self.hook_resid_mid(x + self.hook_attn_out(self.attn(self.ln1(x), cos, sin)))
+        return self.hook_resid_post(x + self.hook_mlp_out(self.mlp(self.ln2(x))))
+
+
+class Transformer(nn.Module):
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.cfg = cfg
+        self.embed = nn.Embedding(cfg.vocab_size, cfg.d_model)
+        self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layers))
+        self.ln_f = nn.LayerNorm(cfg.d_model)
+        self.unembed = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
+        d_head = cfg.d_model // cfg.n_heads
+        inv_freq = cfg.rope_base ** (-torch.arange(0, d_head, 2, dtype=torch.float64) / d_head)
+        angles = torch.arange(cfg.max_positions, dtype=torch.float64)[:, None] * inv_freq[None, :]
+        self.register_buffer("rope_cos", angles.cos().float(), persistent=False)  # (max_positions, Dh/2)
+        self.register_buffer("rope_sin", angles.sin().float(), persistent=False)
+        for name, module in self.named_modules():
+            if isinstance(module, HookPoint):
+                module.name = name
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        """GPT-2 style: N(0, 0.02), residual output projections scaled by 1/sqrt(2 * n_layers)."""
+        for name, p in self.named_parameters():
+            if p.dim() == 2:
+                std = 0.02 / math.sqrt(2 * self.cfg.n_layers) if name.endswith(("attn.out.weight", "mlp.down.weight")) else 0.02
+                nn.init.normal_(p, std=std)
+
+    def residual(self, tokens: torch.Tensor, positions: torch.Tensor | None = None) -> torch.Tensor:
+        """Residual stream after the last block, (B, T, d_model). positions default to 0..T-1."""
+        B, T = tokens.shape
+        if positions is None:
+            positions = torch.arange(T, device=tokens.device).expand(B, T)
+        top = int(positions.max())
+        if top >= self.cfg.max_positions:
+            raise ValueError(f"position id {top} exceeds ModelConfig.max_positions={self.cfg.max_positions}")
+        cos, sin = self.rope_cos[positions][:, None], self.rope_sin[positions][:, None]  # (B, 1, T, Dh/2)
+        x = self.embed(tokens)
+        for block in self.blocks:
+            x = block(x, cos, sin)
+        return x
+
+    def logits(self, resid: torch.Tensor) -> torch.Tensor:
+        return self.unembed(self.ln_f(resid))
+
+    def forward(self, tokens: torch.Tensor, positions: torch.Tensor | None = None) -> torch.Tensor:
+        """Logits for every position, (B, T, vocab_size)."""
+        return self.logits(self.residual(tokens, positions))
+
+    # --- hook API -------------------------------------------------------------------------------
+    def hook_points(self) -> dict[str, HookPoint]:
+        return {name: m for name, m in self.named_modules() if isinstance(m, HookPoint)}
+
+    @contextmanager
+    def hooks(self, fwd: Iterable[tuple[str, HookFn]]):
+        """Attach hooks by name for the duration of the block; always detached afterwards."""
+        points = self.hook_points()
+        attached: list[tuple[HookPoint, HookFn]] = []
+        try:
+            for name, fn in fwd:
+                if name not in points:
+                    raise KeyError(f"no hook point {name!r}; e.g. {sorted(points)[:3]} ... ({len(points)} in all)")
+                points[name].fns.append(fn)
+                attached.append((points[name], fn))
+            yield self
+        finally:
+            for point, fn in reversed(attached):
+                point.fns.remove(fn)
+
+
+# --- small hook builders used by the analyses --------------------------------------------------
+
+def cache_hook(store: dict) -> HookFn:
+    """A hook that records its tensor under its name (read access)."""
+    def fn(x, name):
+        store[name] = x.detach()
+    return fn
+
+
+def patch_hook(rows: torch.Tensor, positions: torch.Tensor, values: torch.Tensor) -> HookFn:
+    """Replace x[rows[i], positions[i]] by values[i]; for residual-stream hooks, x is (B, T, d)."""
+    def fn(x, name):
+        x = x.clone()
+        x[rows, positions] = values.to(x.dtype)
+        return x
+    return fn
+
+
+def knockout_hook(blocked: torch.Tensor) -> HookFn:
+    """Forbid attention where blocked (B, T, T) [query, key] is True, in every head (attn_scores hooks)."""
+    def fn(scores, name):
+        return scores.masked_fill(blocked[:, None], float("-inf"))
+    return fn
+
+
+def skip_block_hooks(layer: int) -> list[tuple[str, HookFn]]:
+    """Bypass block `layer`: its output residual stream is its input."""
+    saved = {}
+
+    def keep(x, name):
+        saved["x"] = x
+
+    def restore(x, name):
+        return saved.pop("x")
+    return [(f"blocks.{layer}.hook_resid_pre", keep), (f"blocks.{layer}.hook_resid_post", restore)]
+
+
+def count_parameters(model: nn.Module) -> int:
+    return sum(p.numel() for p in model.parameters())

@@ -1,0 +1,231 @@
+"""Prompt generators for indirect retrieval and feature grounding (paper, section 3 and appendix C).
+
+Layout of a retrieval prompt with n objects (compact index t, no noise):
+
+    t = 0..2n-1        context pairs: color shape color shape ...       (object slot p at 2p, 2p+1)
+    t = 2n             [CONTEXTEND]
+    t = 2n+1+3j        association key (shape; a color when queried by shape) of entry j
+    t = 2n+2+3j        association item of entry j, then [SEP] for j < n-1
+    t = 5n, 5n+1, 5n+2 [QUESTION] query [ANSWER]                         (length 5n+3)
+
+A grounding prompt has no association list: context, [CONTEXTEND] [QUESTION] query [ANSWER] (2n+4).
+Objects are identified by their *slot* p, their index in the context. Every batch carries the role of
+every position, the slot it refers to and the bindings (color, shape, item per slot), so analyses never
+re-parse text.
+
+Unattendable noise (appendix D.4) is realised as a jump of `noise_tokens` in the RoPE position ids
+between consecutive context pairs: tokens nobody may attend to change nothing but the positions of what
+follows. `materialize_noise=True` instead writes the [NOISE] tokens out (for display and for the test that
+proves both realisations equal when noise keys are masked).
+
+Everything is vectorised over the batch with numpy; randomness comes only from the `rng` argument.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, fields
+from enum import IntEnum
+
+import numpy as np
+
+from .vocab import VOCAB, Vocab
+
+
+class Role(IntEnum):
+    PAD = 0
+    CONTEXT_COLOR = 1
+    CONTEXT_SHAPE = 2
+    CONTEXT_END = 3
+    ASSOCIATION_KEY = 4  # the shape of an association entry (its color in the symmetric variant)
+    ASSOCIATION_ITEM = 5
+    SEP = 6
+    QUESTION = 7
+    QUERY = 8  # the queried attribute after [QUESTION]
+    ANSWER = 9
+    NOISE = 10
+
+
+RETRIEVAL, GROUNDING = 0, 1
+BY_COLOR, BY_SHAPE = 0, 1
+
+
+@dataclass(frozen=True)
+class StageSpec:
+    """The prompt distribution of one training stage (appendix D.3-D.5).
+
+    Colors, shapes and items are drawn from the first `n_colors` / `n_shapes` / `n_items` of each group.
+    """
+
+    n_colors: int = 216
+    n_shapes: int = 216
+    n_items: int = 32
+    min_pairs: int = 2
+    max_pairs: int = 8
+    shuffle: bool = True  # association list in random order (stage 4); else in context order
+    grounding_fraction: float = 0.0  # share of prompts that are feature grounding
+    symmetric_fraction: float = 0.0  # share queried by shape (items then sit on colors)
+    noise_tokens: int = 0  # unattendable noise tokens between consecutive context pairs
+    noise_fraction: float = 1.0  # share of prompts that carry noise when noise_tokens > 0
+
+    def __post_init__(self) -> None:
+        limits = {"n_colors": VOCAB.n_colors, "n_shapes": VOCAB.n_shapes, "n_items": VOCAB.n_items}
+        for key, hi in limits.items():
+            value = getattr(self, key)
+            if not 1 <= value <= hi:
+                raise ValueError(f"StageSpec.{key}={value} must lie in 1..{hi}")
+        if not 1 <= self.min_pairs <= self.max_pairs:
+            raise ValueError(f"StageSpec needs 1 <= min_pairs <= max_pairs, got {self.min_pairs}, {self.max_pairs}")
+        for key in ("n_colors", "n_shapes", "n_items"):
+            if getattr(self, key) < self.max_pairs:
+                raise ValueError(f"StageSpec.{key}={getattr(self, key)} is smaller than max_pairs={self.max_pairs}: "
+                                 "objects in a prompt need distinct tokens")
+        for key in ("grounding_fraction", "symmetric_fraction", "noise_fraction"):
+            if not 0.0 <= getattr(self, key) <= 1.0:
+                raise ValueError(f"StageSpec.{key}={getattr(self, key)} must lie in [0, 1]")
+        if self.noise_tokens < 0:
+            raise ValueError(f"StageSpec.noise_tokens={self.noise_tokens} must be >= 0")
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "StageSpec":
+        names = {f.name for f in fields(cls)}
+        unknown = set(d) - names
+        if unknown:
+            raise ValueError(f"unknown StageSpec keys {sorted(unknown)}; valid: {sorted(names)}")
+        return cls(**d)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass
+class Batch:
+    """A batch of prompts. Arrays are numpy; (B, T) arrays are right-padded with [PAD] / Role.PAD."""
+
+    tokens: np.ndarray  # (B, T) int64
+    positions: np.ndarray  # (B, T) int64 RoPE position ids
+    roles: np.ndarray  # (B, T) int8, Role
+    slots: np.ndarray  # (B, T) int8, object slot a position refers to, -1 for none
+    answer_pos: np.ndarray  # (B,) index of [ANSWER] in `tokens`
+    target: np.ndarray  # (B,) token id the model must predict at [ANSWER]
+    n_pairs: np.ndarray  # (B,)
+    colors: np.ndarray  # (B, P) color token id of slot p, -1 beyond n_pairs
+    shapes: np.ndarray  # (B, P)
+    items: np.ndarray  # (B, P) item bound to slot p
+    association_order: np.ndarray  # (B, P) slot of association entry j, -1 beyond n_pairs
+    query_slot: np.ndarray  # (B,)
+    task: np.ndarray  # (B,) RETRIEVAL or GROUNDING
+    query_by: np.ndarray  # (B,) BY_COLOR or BY_SHAPE
+    noise: np.ndarray  # (B,) noise tokens per gap between context pairs
+
+    def __len__(self) -> int:
+        return len(self.target)
+
+
+def generate(spec: StageSpec, batch_size: int, rng: np.random.Generator, *, n_pairs: int | None = None,
+             task: int | None = None, query_by: int | None = None, noise: bool | None = None,
+             materialize_noise: bool = False, vocab: Vocab = VOCAB) -> Batch:
+    """Sample `batch_size` prompts from `spec`.
+
+    Keyword overrides fix what is otherwise random: the number of objects (may exceed max_pairs, for
+    evaluation), the task, the query direction and whether noise is inserted.
+    """
+    B, P = batch_size, spec.max_pairs if n_pairs is None else n_pairs
+    if n_pairs is None:
+        n = rng.integers(spec.min_pairs, spec.max_pairs + 1, size=B)
+    else:
+        for key in ("n_colors", "n_shapes", "n_items"):
+            if getattr(spec, key) < n_pairs:
+                raise ValueError(f"n_pairs={n_pairs} needs {key} >= {n_pairs}, spec has {getattr(spec, key)}")
+        n = np.full(B, n_pairs)
+    colors = vocab.color_offset + _distinct(rng, B, spec.n_colors, P)
+    shapes = vocab.shape_offset + _distinct(rng, B, spec.n_shapes, P)
+    items = vocab.item_offset + _distinct(rng, B, spec.n_items, P)
+    valid = np.arange(P)[None, :] < n[:, None]
+    for a in (colors, shapes, items):
+        a[~valid] = -1
+    if spec.shuffle:
+        keys = np.where(valid, rng.random((B, P)), 2.0)
+        order = np.argsort(keys, axis=1, kind="stable")
+    else:
+        order = np.broadcast_to(np.arange(P), (B, P)).copy()
+    order[~valid] = -1
+    query_slot = (rng.random(B) * n).astype(np.int64)
+    task_ = _choice(rng, B, spec.grounding_fraction, task, GROUNDING, RETRIEVAL)
+    by = _choice(rng, B, spec.symmetric_fraction, query_by, BY_SHAPE, BY_COLOR)
+    noisy = rng.random(B) < spec.noise_fraction if noise is None else np.full(B, bool(noise))
+    gap = np.where(noisy, spec.noise_tokens, 0)
+
+    length = np.where(task_ == RETRIEVAL, 5 * n + 3, 2 * n + 4)
+    T = int(length.max())
+    rows = np.arange(B)
+    tokens = np.full((B, T), vocab.pad, dtype=np.int64)
+    roles = np.full((B, T), Role.PAD, dtype=np.int8)
+    slots = np.full((B, T), -1, dtype=np.int8)
+
+    def put(r, t, tok, role, slot=-1):
+        tokens[r, t], roles[r, t], slots[r, t] = tok, role, slot
+
+    r, p = np.nonzero(valid)
+    put(r, 2 * p, colors[r, p], Role.CONTEXT_COLOR, p)
+    put(r, 2 * p + 1, shapes[r, p], Role.CONTEXT_SHAPE, p)
+    put(rows, 2 * n, vocab.context_end, Role.CONTEXT_END)
+
+    r, j = np.nonzero(valid & (task_ == RETRIEVAL)[:, None])
+    s = order[r, j]
+    start = 2 * n[r] + 1 + 3 * j
+    key = np.where(by[r] == BY_COLOR, shapes[r, s], colors[r, s])
+    put(r, start, key, Role.ASSOCIATION_KEY, s)
+    put(r, start + 1, items[r, s], Role.ASSOCIATION_ITEM, s)
+    more = j < n[r] - 1
+    put(r[more], start[more] + 2, vocab.sep, Role.SEP)
+
+    answer_pos = length - 1
+    q = query_slot
+    put(rows, answer_pos - 2, vocab.question, Role.QUESTION)
+    put(rows, answer_pos - 1, np.where(by == BY_COLOR, colors[rows, q], shapes[rows, q]), Role.QUERY, q)
+    put(rows, answer_pos, vocab.answer, Role.ANSWER)
+    grounded = np.where(by == BY_COLOR, shapes[rows, q], colors[rows, q])
+    target = np.where(task_ == RETRIEVAL, items[rows, q], grounded)
+
+    t = np.arange(T)[None, :]
+    positions = t + gap[:, None] * np.minimum(t // 2, n[:, None] - 1)
+    batch = Batch(tokens, positions, roles, slots, answer_pos, target, n, colors, shapes, items, order,
+                  query_slot, task_, by, gap)
+    return _materialize(batch, length, vocab) if materialize_noise else batch
+
+
+def _distinct(rng: np.random.Generator, B: int, K: int, P: int) -> np.ndarray:
+    """(B, P) indices in 0..K-1, distinct within each row."""
+    if P > K:
+        raise ValueError(f"cannot draw {P} distinct tokens from {K}")
+    return np.argsort(rng.random((B, K)), axis=1)[:, :P]
+
+
+def _choice(rng, B, fraction, fixed, yes, no) -> np.ndarray:
+    if fixed is not None:
+        return np.full(B, fixed, dtype=np.int64)
+    return np.where(rng.random(B) < fraction, yes, no).astype(np.int64)
+
+
+def _materialize(b: Batch, length: np.ndarray, vocab: Vocab) -> Batch:
+    """Write noise out as [NOISE] tokens at the positions the jumps leave empty."""
+    B, T = b.tokens.shape
+    full_len = length + b.noise * (b.n_pairs - 1)
+    Tm = int(full_len.max())
+    inside = np.arange(Tm)[None, :] < full_len[:, None]
+    tokens = np.where(inside, vocab.noise, vocab.pad).astype(np.int64)
+    roles = np.where(inside, Role.NOISE, Role.PAD).astype(np.int8)
+    slots = np.full((B, Tm), -1, dtype=np.int8)
+    real = np.arange(T)[None, :] < length[:, None]
+    r, t = np.nonzero(real)
+    dest = b.positions[r, t]
+    tokens[r, dest], roles[r, dest], slots[r, dest] = b.tokens[r, t], b.roles[r, t], b.slots[r, t]
+    positions = np.broadcast_to(np.arange(Tm), (B, Tm)).copy()
+    answer_pos = b.positions[np.arange(B), b.answer_pos]
+    return Batch(tokens, positions, roles, slots, answer_pos, b.target, b.n_pairs, b.colors, b.shapes,
+                 b.items, b.association_order, b.query_slot, b.task, b.query_by, b.noise)
+
+
+def prompt_text(batch: Batch, i: int, vocab: Vocab = VOCAB) -> str:
+    """Prompt i in the paper's text format, up to and including [ANSWER]."""
+    return vocab.decode(batch.tokens[i, : batch.answer_pos[i] + 1])

@@ -1,0 +1,230 @@
+"""One training stage (appendix D.2): AdamW without weight decay, gradient clipping, linear warm-up then a
+constant learning rate, cross-entropy on the [ANSWER] token only, validation every `eval_every` steps and
+early stopping.
+
+A stage stops at the first of: validation accuracy reaching `target_accuracy` (the curriculum's advance
+criterion), a plateau (no gain of `min_delta` over the best for `patience` validations), or `max_steps`.
+The weights kept are those of the best validation. Training state (weights, optimizer, data RNG, curve)
+is saved atomically every `checkpoint_every` steps and a killed run resumes from it and reaches the same
+weights as an uninterrupted one; a saved state whose settings differ is discarded, not resumed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import math
+import time
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+import pandas as pd
+import torch
+import torch.nn.functional as F
+
+from . import __version__
+from .checkpoint import load_optimizer_tensors, load_tensors, optimizer_tensors, save_model, save_tensors
+from .tasks import Batch, StageSpec, generate
+from .model import Transformer
+
+log = logging.getLogger(__name__)
+RESUME_FILE = "resume.safetensors"
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    lr: float = 1e-3  # lost from the paper's text; our assumption
+    warmup_steps: int = 2000
+    batch_size: int = 32
+    grad_clip: float = 1.0
+    weight_decay: float = 0.0
+    eval_every: int = 250
+    val_size: int = 1024
+    target_accuracy: float | None = 0.99  # None: train until plateau or max_steps
+    patience: int = 20
+    min_delta: float = 0.001
+    max_steps: int = 100_000
+    checkpoint_every: int = 1000  # rounded up to a multiple of eval_every
+    precision: str = "fp32"  # "fp32" or "bf16" (autocast)
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.precision not in ("fp32", "bf16"):
+            raise ValueError(f"TrainConfig.precision={self.precision!r}; valid: 'fp32', 'bf16'")
+        for key in ("batch_size", "eval_every", "val_size", "max_steps", "patience", "checkpoint_every"):
+            if getattr(self, key) < 1:
+                raise ValueError(f"TrainConfig.{key}={getattr(self, key)} must be >= 1")
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "TrainConfig":
+        names = {f.name for f in fields(cls)}
+        unknown = set(d) - names
+        if unknown:
+            raise ValueError(f"unknown TrainConfig keys {sorted(unknown)}; valid: {sorted(names)}")
+        return cls(**d)
+
+
+def lr_at(step: int, cfg: TrainConfig) -> float:
+    """Linear warm-up over `warmup_steps` (step counted from 1), then constant."""
+    return cfg.lr * min(1.0, step / max(1, cfg.warmup_steps))
+
+
+def to_torch(batch: Batch, device) -> tuple[torch.Tensor, torch.Tensor]:
+    return (torch.from_numpy(batch.tokens).to(device, non_blocking=True),
+            torch.from_numpy(batch.positions).to(device, non_blocking=True))
+
+
+def answer_logits(model: Transformer, batch: Batch, device, precision: str = "fp32") -> torch.Tensor:
+    """Logits at each prompt's [ANSWER] position, (B, vocab), float32. Unembeds only those positions."""
+    tokens, positions = to_torch(batch, device)
+    with autocast(device, precision):
+        resid = model.residual(tokens, positions)
+        rows = torch.arange(len(batch), device=resid.device)
+        logits = model.logits(resid[rows, torch.from_numpy(batch.answer_pos).to(resid.device)])
+    return logits.float()
+
+
+def autocast(device, precision: str):
+    device_type = torch.device(device).type
+    return torch.autocast(device_type, dtype=torch.bfloat16, enabled=precision == "bf16")
+
+
+@torch.no_grad()
+def accuracy(model: Transformer, batches: list[Batch], device, precision: str = "fp32") -> float:
+    was_training = model.training
+    model.eval()
+    hits = total = 0
+    for b in batches:
+        pred = answer_logits(model, b, device, precision).argmax(-1).cpu().numpy()
+        hits += int((pred == b.target).sum())
+        total += len(b)
+    model.train(was_training)
+    return hits / total
+
+
+def validation_set(spec: StageSpec, cfg: TrainConfig, chunk: int = 256) -> list[Batch]:
+    """A fixed validation set, drawn from its own RNG stream so it never overlaps the training stream's state."""
+    rng = np.random.default_rng([cfg.seed, 0xA11D])
+    sizes = [chunk] * (cfg.val_size // chunk) + ([cfg.val_size % chunk] if cfg.val_size % chunk else [])
+    return [generate(spec, s, rng) for s in sizes]
+
+
+def fingerprint(*parts) -> str:
+    return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def train_stage(model: Transformer, spec: StageSpec, cfg: TrainConfig, out_dir: Path, *, stage: str,
+                device="cpu", parent: str | None = None,
+                callback: Callable[[int], None] | None = None) -> dict:
+    """Train `model` in place on prompts from `spec`; write the stage's model directory; return its meta.
+
+    `callback(step)` runs after every optimizer step (tests use it to simulate a kill).
+    """
+    out_dir = Path(out_dir)
+    model.to(device).train()
+    opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+    rng = np.random.default_rng([cfg.seed, int(fingerprint(stage), 16) % (2**32)])
+    val = validation_set(spec, cfg)
+    key = fingerprint(stage, spec.to_dict(), asdict(cfg), model.cfg.to_dict(), parent,
+                      _weights_digest(model))
+    ckpt_every = math.ceil(cfg.checkpoint_every / cfg.eval_every) * cfg.eval_every
+
+    step, best_acc, best_step, history = 0, -1.0, 0, []
+    best_state = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    resumed = _load_resume(out_dir / RESUME_FILE, key, model, opt)
+    if resumed is not None:
+        step, best_acc, best_step, history, rng_state, best_state = resumed
+        rng.bit_generator.state = rng_state
+        log.info("resumed %s from step %d (best val acc %.4f)", stage, step, best_acc)
+
+    t0, t_last, step_last, losses, reason = time.time(), time.time(), step, [], "max_steps"
+    while step < cfg.max_steps:
+        batch = generate(spec, cfg.batch_size, rng)
+        logits = answer_logits(model, batch, device, cfg.precision)
+        loss = F.cross_entropy(logits, torch.from_numpy(batch.target).to(logits.device))
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        grad_norm = float(torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip))
+        step += 1
+        for g in opt.param_groups:
+            g["lr"] = lr_at(step, cfg)
+        opt.step()
+        losses.append(loss.item())
+        if callback is not None:
+            callback(step)
+        if step % cfg.eval_every and step != cfg.max_steps:
+            continue
+        acc = accuracy(model, val, device, cfg.precision)
+        now = time.time()
+        rate = (step - step_last) / max(now - t_last, 1e-9)
+        t_last, step_last = now, step
+        history.append({"step": step, "train_loss": float(np.mean(losses)), "val_accuracy": acc,
+                        "lr": lr_at(step, cfg), "grad_norm": grad_norm, "steps_per_s": rate,
+                        "finite": bool(np.isfinite(losses).all())})
+        losses = []
+        if acc >= best_acc + cfg.min_delta or best_acc < 0:
+            best_acc, best_step = acc, step
+            best_state = {k: v.detach().clone() for k, v in model.state_dict().items()}
+        log.info("%s step %d/%d loss %.4f val_acc %.4f best %.4f@%d | %.1f steps/s, %.0f tok/s, ETA to cap %s",
+                 stage, step, cfg.max_steps, history[-1]["train_loss"], acc, best_acc, best_step, rate,
+                 rate * cfg.batch_size * batch.tokens.shape[1], _eta((cfg.max_steps - step) / max(rate, 1e-9)))
+        if not history[-1]["finite"]:
+            reason = "non_finite_loss"
+            break
+        if cfg.target_accuracy is not None and acc >= cfg.target_accuracy:
+            reason = "target_accuracy"
+            break
+        if (step - best_step) >= cfg.patience * cfg.eval_every:
+            reason = "plateau"
+            break
+        if step % ckpt_every == 0:
+            _save_resume(out_dir / RESUME_FILE, key, model, opt, step, best_acc, best_step, history,
+                         rng.bit_generator.state, best_state)
+
+    model.load_state_dict(best_state)
+    meta = {"stage": stage, "parent": parent, "stage_spec": spec.to_dict(), "train_config": asdict(cfg),
+            "model_config": model.cfg.to_dict(), "steps": step, "best_step": best_step,
+            "best_val_accuracy": best_acc, "stopped_because": reason, "resumed": resumed is not None,
+            "wall_seconds": time.time() - t0, "vlbind_version": __version__}
+    save_model(out_dir, model, meta, pd.DataFrame(history))
+    (out_dir / RESUME_FILE).unlink(missing_ok=True)
+    log.info("%s done: %s after %d steps, best val acc %.4f at step %d", stage, reason, step, best_acc, best_step)
+    return meta
+
+
+def _weights_digest(model: Transformer) -> str:
+    """Identify the starting weights, so a resume state from another parent is never used."""
+    h = hashlib.sha256()
+    for v in model.state_dict().values():
+        h.update(v.detach().cpu().float().numpy().tobytes())
+    return h.hexdigest()[:16]
+
+
+def _save_resume(path, key, model, opt, step, best_acc, best_step, history, rng_state, best_state) -> None:
+    tensors = {f"model.{k}": v for k, v in model.state_dict().items()}
+    tensors |= {f"best.{k}": v for k, v in best_state.items()}
+    opt_tensors, groups = optimizer_tensors(opt)
+    tensors |= opt_tensors
+    save_tensors(path, tensors, {"key": key, "step": step, "best_acc": best_acc, "best_step": best_step,
+                                 "history": history, "rng_state": rng_state, "param_groups": groups})
+
+
+def _load_resume(path: Path, key: str, model, opt):
+    if not path.is_file():
+        return None
+    tensors, meta = load_tensors(path)
+    if meta.get("key") != key:
+        log.warning("ignoring %s: it was saved with other settings or starting weights", path)
+        return None
+    pick = lambda prefix: {k[len(prefix):]: v for k, v in tensors.items() if k.startswith(prefix)}
+    model.load_state_dict(pick("model."))
+    load_optimizer_tensors(opt, {k: v for k, v in tensors.items() if k.startswith("optim.")}, meta["param_groups"])
+    return meta["step"], meta["best_acc"], meta["best_step"], meta["history"], meta["rng_state"], pick("best.")
+
+
+def _eta(seconds: float) -> str:
+    seconds = int(seconds)
+    return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m{seconds % 60:02d}s"
