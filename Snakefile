@@ -1,0 +1,21 @@
+# vlbind: the paper's results as one DAG. See README.md.
+from snakemake.utils import min_version, validate
+
+min_version("8.0")
+
+
+configfile: "config/config.yaml"
+
+
+include: "workflow/rules/common.smk"
+include: "workflow/rules/train.smk"
+include: "workflow/rules/evaluate.smk"
+include: "workflow/rules/figures.smk"
+
+
+rule all:
+    input:
+        rules.fig3.output.pdf,
+        rules.fig8.output.pdf,
+        rules.ood_table.output.csv,
+    default_target: True

@@ -1,0 +1,25 @@
+"""Snakemake adapter: train one stage from its parent's checkpoint (or from scratch) into its model dir."""
+from pathlib import Path
+
+import torch
+
+from vlbind import config as vlconfig
+from vlbind.checkpoint import load_model
+from vlbind.cli import setup_logging
+from vlbind.model import ModelConfig, Transformer
+from vlbind.tasks import StageSpec
+from vlbind.train import train_stage
+
+sm = snakemake  # noqa: F821 (injected by Snakemake)
+setup_logging(sm.log[0])
+torch.set_num_threads(sm.threads)
+params, seed = sm.params.stage, int(sm.wildcards.seed)
+device = vlconfig.resolve_device(sm.params.device)
+torch.manual_seed(seed)
+if sm.input.parent:
+    model, _ = load_model(Path(sm.input.parent[0]).parent, device)
+else:
+    model = Transformer(ModelConfig(**params["model"]))
+train_stage(model, StageSpec.from_dict(params["task"]), vlconfig.train_config(params["train"], seed, device),
+            Path(sm.output.model).parent, stage=params["stage"], device=device,
+            parent=str(Path(sm.input.parent[0]).parent) if sm.input.parent else None)

@@ -1,0 +1,67 @@
+"""`python -m vlbind ...`: command-line entry points, and the logging setup the Snakemake scripts share.
+
+    python -m vlbind sample --stage text_s4 --count 5 --seed 0 [--task grounding] [--noise]
+        one prompt per line in the paper's text format, a tab, then the answer token.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from pathlib import Path
+
+import numpy as np
+
+
+def setup_logging(path: str | None = None, level=logging.INFO) -> logging.Logger:
+    """Log with timestamps to `path` (a rule's log file), or to stderr when no path is given."""
+    handlers: list[logging.Handler] = [logging.StreamHandler(sys.stderr)]
+    if path:
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        handlers = [logging.FileHandler(path, mode="w")]
+    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+                        handlers=handlers, force=True)
+    return logging.getLogger("vlbind")
+
+
+def _sample(args) -> int:
+    from . import config as vlconfig
+    from .tasks import BY_COLOR, BY_SHAPE, GROUNDING, RETRIEVAL, StageSpec, generate, prompt_text
+    from .vocab import VOCAB
+
+    cfg = vlconfig.load(args.config)
+    if args.stage not in cfg["stages"]:
+        print(f"error: unknown stage {args.stage!r}; valid: {', '.join(cfg['stages'])}", file=sys.stderr)
+        return 2
+    spec = StageSpec.from_dict(cfg["stages"][args.stage]["task"])
+    if args.noise and spec.noise_tokens == 0:
+        spec = StageSpec.from_dict({**spec.to_dict(), "noise_tokens": 100})
+    task = {"retrieval": RETRIEVAL, "grounding": GROUNDING}[args.task]
+    by = None if args.query_by == "any" else {"color": BY_COLOR, "shape": BY_SHAPE}[args.query_by]
+    batch = generate(spec, args.count, np.random.default_rng(args.seed), task=task, query_by=by,
+                     noise=args.noise, materialize_noise=args.noise)
+    for i in range(len(batch)):
+        print(f"{prompt_text(batch, i)}\t{VOCAB.tokens[batch.target[i]]}")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m vlbind", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True)
+    s = sub.add_parser("sample", help="print prompts of a stage in the paper's text format")
+    s.add_argument("--stage", required=True, help="a stage name of the config, e.g. text_s1 .. text_s5, noise_text")
+    s.add_argument("--count", type=int, default=5)
+    s.add_argument("--seed", type=int, default=0)
+    s.add_argument("--task", choices=["retrieval", "grounding"], default="retrieval")
+    s.add_argument("--query-by", choices=["color", "shape", "any"], default="color",
+                   help="query direction; 'any' follows the stage's symmetric_fraction")
+    s.add_argument("--noise", action="store_true", help="insert the stage's noise (100 tokens if it has none), shown as [NOISE]")
+    s.add_argument("--config", nargs="+", default=["config/config.yaml"], help="config file and overlays, merged left to right")
+    args = parser.parse_args(argv)
+    try:
+        return {"sample": _sample}[args.command](args)
+    except ValueError as e:  # bad config or arguments: one clear line
+        print(f"error: {e}", file=sys.stderr)
+        return 2

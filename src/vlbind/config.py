@@ -1,0 +1,98 @@
+"""The one module that knows the layout of config/config.yaml: loading overlays, validating against the
+schema, and turning sections into the library's dataclasses. Imports no torch, so the Snakefile can use it.
+"""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import yaml
+
+SCHEMA_PATH = Path(__file__).with_name("config.schema.yaml")
+
+# The DAG of the text arm (paper, appendix D.3-D.4): each stage starts from its parent's checkpoint.
+STAGE_PARENTS: dict[str, str | None] = {
+    "text_s1": None, "text_s2": "text_s1", "text_s3": "text_s2", "text_s4": "text_s3",
+    "text_s5": "text_s4", "noise_text": "text_s5",
+}
+# Paper variant name -> the stage whose checkpoint it is.
+VARIANT_STAGE = {"text_only": "text_s5", "noise_text": "noise_text"}
+
+
+class ConfigError(ValueError):
+    pass
+
+
+def deep_merge(base: dict, overlay: dict) -> dict:
+    out = copy.deepcopy(base)
+    for k, v in (overlay or {}).items():
+        out[k] = deep_merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else copy.deepcopy(v)
+    return out
+
+
+def validate(config: dict) -> dict:
+    """Check `config` against the schema; raise ConfigError naming the offending key."""
+    import jsonschema
+
+    schema = yaml.safe_load(SCHEMA_PATH.read_text())
+    errors = sorted(jsonschema.Draft7Validator(schema).iter_errors(config), key=lambda e: list(e.absolute_path))
+    if errors:
+        e = errors[0]
+        where = ".".join(str(p) for p in e.absolute_path) or "<top level>"
+        raise ConfigError(f"invalid config at '{where}': {e.message}")
+    for name, stage in config["stages"].items():
+        task = stage["task"]
+        if task.get("min_pairs", 2) > task.get("max_pairs", 8):
+            raise ConfigError(f"invalid config at 'stages.{name}.task': min_pairs > max_pairs")
+    missing = set(STAGE_PARENTS) - set(config["stages"])
+    if missing:
+        raise ConfigError(f"invalid config at 'stages': missing stages {sorted(missing)}")
+    ev = config["evaluate"]
+    if ev["min_objects"] > ev["max_objects"]:
+        raise ConfigError("invalid config at 'evaluate': min_objects > max_objects")
+    return config
+
+
+def load(paths: list[str | Path]) -> dict:
+    """Merge config files left to right (later overlays win), then validate."""
+    config: dict = {}
+    for p in paths:
+        p = Path(p)
+        if not p.is_file():
+            raise ConfigError(f"config file {p} does not exist")
+        config = deep_merge(config, yaml.safe_load(p.read_text()) or {})
+    return validate(config)
+
+
+def stage_params(config: dict, stage: str) -> dict:
+    """Everything that determines one stage's training: its task, its merged train settings and,
+    for the first stage, the model architecture. Passed as a rule's params, so a change reruns
+    exactly this stage and its descendants."""
+    if stage not in STAGE_PARENTS:
+        raise ConfigError(f"unknown stage {stage!r}; valid: {sorted(STAGE_PARENTS)}")
+    section = config["stages"][stage]
+    train = deep_merge(config["train"], section.get("train", {}))
+    params = {"stage": stage, "parent": STAGE_PARENTS[stage], "task": dict(section["task"]), "train": train}
+    if STAGE_PARENTS[stage] is None:
+        params["model"] = dict(config["model"])
+    return params
+
+
+def resolve_device(name: str) -> str:
+    import torch
+
+    if name == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if name.startswith("cuda") and not torch.cuda.is_available():
+        raise ConfigError(f"config 'device: {name}' asks for CUDA, which this machine lacks; use 'auto' or 'cpu'")
+    return name
+
+
+def train_config(params_train: dict, seed: int, device: str):
+    """TrainConfig from a (merged) train section, with precision chosen for `device`."""
+    from .train import TrainConfig
+
+    t = dict(params_train)
+    precision = t.pop("precision", {})
+    return TrainConfig.from_dict({**t, "seed": seed, "precision": precision.get(device.split(":")[0], "fp32")})

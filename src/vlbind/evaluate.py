@@ -1,0 +1,67 @@
+"""Accuracy by number of objects, in and out of distribution (paper, section 4 and Figure 3).
+
+Evaluation uses text prompts of the full vocabulary (216 colors, 216 shapes, 32 items) with shuffled
+association lists, queried by color (the paper's reported direction), without noise. The prompts come
+from a fixed evaluation seed, so every model is scored on the same prompts. Evaluation never trains:
+it runs under `torch.no_grad()` in eval mode and leaves the model's mode as it found it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+import torch
+
+from .model import Transformer
+from .tasks import BY_COLOR, RETRIEVAL, StageSpec, generate
+from .train import answer_logits
+
+
+@dataclass(frozen=True)
+class EvalConfig:
+    min_objects: int = 2
+    max_objects: int = 32
+    train_max_objects: int = 8  # lengths above this are out of distribution
+    prompts_per_length: int = 1000  # not stated in the paper; our assumption
+    batch_size: int = 250
+    seed: int = 2602_15183
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.min_objects <= self.max_objects <= 32:
+            raise ValueError(f"EvalConfig needs 1 <= min_objects <= max_objects <= 32 (items available), "
+                             f"got {self.min_objects}..{self.max_objects}")
+        if self.prompts_per_length < 1 or self.batch_size < 1:
+            raise ValueError("EvalConfig.prompts_per_length and batch_size must be >= 1")
+
+
+EVAL_SPEC = StageSpec(n_colors=216, n_shapes=216, n_items=32, min_pairs=2, max_pairs=32, shuffle=True)
+
+
+@torch.no_grad()
+def evaluate(model: Transformer, cfg: EvalConfig, device="cpu", precision: str = "fp32") -> pd.DataFrame:
+    """One row per number of objects: n_objects, correct, n_prompts, accuracy, in_distribution."""
+    was_training = model.training
+    model.eval()
+    rows = []
+    for n in range(cfg.min_objects, cfg.max_objects + 1):
+        rng = np.random.default_rng([cfg.seed, n])
+        correct, left = 0, cfg.prompts_per_length
+        while left:
+            size = min(left, cfg.batch_size)
+            batch = generate(EVAL_SPEC, size, rng, n_pairs=n, task=RETRIEVAL, query_by=BY_COLOR, noise=False)
+            pred = answer_logits(model, batch, device, precision).argmax(-1).cpu().numpy()
+            correct += int((pred == batch.target).sum())
+            left -= size
+        rows.append({"n_objects": n, "correct": correct, "n_prompts": cfg.prompts_per_length,
+                     "accuracy": correct / cfg.prompts_per_length,
+                     "in_distribution": n <= cfg.train_max_objects})
+    model.train(was_training)
+    return pd.DataFrame(rows)
+
+
+def ood_average(table: pd.DataFrame) -> float:
+    """Mean accuracy over out-of-distribution lengths (each length weighted equally), for one run."""
+    ood = table.loc[~table["in_distribution"], "accuracy"]
+    return float(ood.mean()) if len(ood) else float("nan")

@@ -1,0 +1,95 @@
+"""Figures from tidy result tables; nothing here touches a model.
+
+fig3: text-modality accuracy vs number of objects, mean +- standard error over runs per variant, the
+training range shaded, each variant's OOD average (mean over runs of the per-run OOD average) in the legend.
+fig8: one panel per variant with every run drawn individually (appendix E).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+import seaborn as sns  # noqa: E402
+
+from .evaluate import ood_average  # noqa: E402
+
+VARIANT_ORDER = ["text_only", "noise_text", "image_text", "noise_image_text"]
+VARIANT_COLORS = dict(zip(VARIANT_ORDER, sns.color_palette("tab10", 4)))
+
+
+def read_eval_tables(paths: list[str | Path]) -> pd.DataFrame:
+    """Concatenate evaluation tables; each must carry `variant` and `run` columns."""
+    frames = [pd.read_parquet(p) for p in paths]
+    if not frames:
+        raise ValueError("no evaluation tables given")
+    return pd.concat(frames, ignore_index=True)
+
+
+def ood_summary(df: pd.DataFrame) -> pd.DataFrame:
+    """Per variant: runs, mean and standard error of the per-run OOD averages."""
+    per_run = df.groupby(["variant", "run"]).apply(ood_average, include_groups=False).rename("ood").reset_index()
+    g = per_run.groupby("variant")["ood"]
+    out = pd.DataFrame({"runs": g.size(), "ood_mean": g.mean(), "ood_se": g.std(ddof=1) / np.sqrt(g.size())})
+    return out.reindex([v for v in VARIANT_ORDER if v in out.index] + [v for v in out.index if v not in VARIANT_ORDER])
+
+
+def _variants(df):
+    present = set(df["variant"])
+    return [v for v in VARIANT_ORDER if v in present] + sorted(present - set(VARIANT_ORDER))
+
+
+def _train_range(ax, df):
+    inside = df.loc[df["in_distribution"], "n_objects"]
+    if len(inside):
+        ax.axvspan(df["n_objects"].min() - 0.5, inside.max() + 0.5, color="0.92", zorder=0, label="training range")
+
+
+def fig3(df: pd.DataFrame, path: str | Path, note: str = "") -> None:
+    summary = ood_summary(df)
+    fig, ax = plt.subplots(figsize=(6.4, 4.0))
+    _train_range(ax, df)
+    for v in _variants(df):
+        d = df[df["variant"] == v].groupby("n_objects")["accuracy"]
+        mean, n = d.mean(), d.size()
+        se = (d.std(ddof=1) / np.sqrt(n)).fillna(0.0)
+        s = summary.loc[v]
+        label = f"{v} (OOD {100 * s.ood_mean:.1f}%" + (f" ± {100 * s.ood_se:.1f}" if s.runs > 1 else "") + f", {int(s.runs)} runs)"
+        color = VARIANT_COLORS.get(v)
+        ax.plot(mean.index, mean.values, marker="o", ms=3, color=color, label=label)
+        ax.fill_between(mean.index, mean - se, mean + se, color=color, alpha=0.25, lw=0)
+    ax.set(xlabel="number of objects in context", ylabel="accuracy (text modality, query by color)", ylim=(0, 1.02))
+    ax.set_title("Indirect retrieval: accuracy vs context size" + (f"\n{note}" if note else ""), fontsize=9)
+    ax.legend(fontsize=7, loc="lower left")
+    _save(fig, path)
+
+
+def fig8(df: pd.DataFrame, path: str | Path, note: str = "") -> None:
+    variants = _variants(df)
+    fig, axes = plt.subplots(1, len(variants), figsize=(4.0 * len(variants), 3.4), sharey=True, squeeze=False)
+    for ax, v in zip(axes[0], variants):
+        _train_range(ax, df)
+        d = df[df["variant"] == v]
+        for run, r in d.groupby("run"):
+            ax.plot(r["n_objects"], r["accuracy"], marker="o", ms=2, lw=1, label=f"{run} (OOD {100 * ood_average(r):.1f}%)")
+        ax.set(title=v, xlabel="number of objects", ylim=(0, 1.02))
+        ax.legend(fontsize=6, loc="lower left")
+    axes[0][0].set_ylabel("accuracy")
+    if note:
+        fig.suptitle(note, fontsize=9)
+    _save(fig, path)
+
+
+def _save(fig, path) -> None:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.tight_layout()
+    tmp = path.with_name(f".{path.name}.tmp{path.suffix}")
+    fig.savefig(tmp)
+    tmp.replace(path)
+    plt.close(fig)

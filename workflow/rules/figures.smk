@@ -1,0 +1,48 @@
+# Figures and tables read only result tables; restyling one reruns nothing upstream.
+# figures.py is an input, so editing the plotting code redraws the figures.
+
+
+rule fig3:
+    input:
+        tables=eval_tables(),
+        code="src/vlbind/figures.py",
+    output:
+        pdf="results/figures/fig3.pdf",
+    params:
+        note=config["figure_note"],
+    log:
+        "results/logs/figures/fig3.log",
+    benchmark:
+        "results/benchmarks/figures/fig3.tsv"
+    script:
+        "../../scripts/figure.py"
+
+
+rule fig8:
+    input:
+        tables=eval_tables(),
+        code="src/vlbind/figures.py",
+    output:
+        pdf="results/figures/fig8.pdf",
+    params:
+        note=config["figure_note"],
+    log:
+        "results/logs/figures/fig8.log",
+    benchmark:
+        "results/benchmarks/figures/fig8.tsv"
+    script:
+        "../../scripts/figure.py"
+
+
+rule ood_table:
+    input:
+        tables=eval_tables(),
+        code="src/vlbind/figures.py",
+    output:
+        csv="results/tables/ood_accuracy.csv",
+    log:
+        "results/logs/figures/ood_table.log",
+    benchmark:
+        "results/benchmarks/figures/ood_table.tsv"
+    script:
+        "../../scripts/ood_table.py"
