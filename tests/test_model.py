@@ -1,0 +1,131 @@
+"""The Table 2 transformer: size, RoPE, hooks, and noise realised as position jumps."""
+
+import numpy as np
+import pytest
+import torch
+
+from vlbind.model import (ModelConfig, Transformer, cache_hook, count_parameters, knockout_hook, patch_hook, rope,
+                          skip_block_hooks)
+from vlbind.tasks import Role, StageSpec, generate
+
+TINY = ModelConfig(n_layers=3, d_model=32, d_ff=64, n_heads=2, vocab_size=500)
+
+
+@pytest.fixture
+def tiny():
+    torch.manual_seed(0)
+    return Transformer(TINY).eval()
+
+
+def test_table2_parameter_count_and_shapes():
+    cfg = ModelConfig()
+    m = Transformer(cfg)
+    d, f, L, V = 128, 512, 12, 1000
+    per_block = 4 * d * d + 2 * d * f + 2 * 2 * d  # qkv + out, up + down, two LayerNorms (weight + bias)
+    assert count_parameters(m) == L * per_block + 2 * V * d + 2 * d
+    assert (cfg.n_layers, cfg.d_model, cfg.d_ff, cfg.n_heads, cfg.vocab_size) == (12, 128, 512, 4, 1000)
+    tokens = torch.randint(0, 470, (3, 17))
+    assert m(tokens).shape == (3, 17, 1000)
+    assert not any(isinstance(x, torch.nn.Dropout) for x in m.modules())
+
+
+def test_rope_matches_complex_rotation_of_interleaved_pairs():
+    torch.manual_seed(1)
+    x = torch.randn(2, 3, 5, 8)
+    pos = torch.tensor([[0, 1, 2, 7, 100], [3, 3, 4, 9, 11]])
+    inv = 10000.0 ** (-torch.arange(0, 8, 2, dtype=torch.float64) / 8)
+    ang = pos[..., None].double() * inv  # (B, T, 4)
+    z = torch.view_as_complex(x.double().reshape(2, 3, 5, 4, 2).contiguous())
+    expected = torch.view_as_real(z * torch.polar(torch.ones_like(ang), ang)[:, None]).reshape(2, 3, 5, 8)
+    got = rope(x.double(), ang.cos()[:, None], ang.sin()[:, None])
+    torch.testing.assert_close(got, expected)
+
+
+def test_rope_scores_depend_only_on_relative_position(tiny):
+    torch.manual_seed(2)
+    q, k = torch.randn(1, 1, 1, 16), torch.randn(1, 1, 1, 16)
+
+    def score(m, n):
+        c, s = tiny.rope_cos, tiny.rope_sin
+        return (rope(q, c[[m]][None, None], s[[m]][None, None]) * rope(k, c[[n]][None, None], s[[n]][None, None])).sum()
+
+    base = score(7, 3)
+    for shift in (1, 50, 1000):
+        torch.testing.assert_close(score(7 + shift, 3 + shift), base, atol=1e-4, rtol=1e-4)
+    assert not torch.allclose(score(9, 3), base)
+
+
+def test_noop_hooks_change_nothing_bit_for_bit(tiny):
+    tokens = torch.randint(0, 470, (4, 21))
+    plain = tiny(tokens)
+    names = [n for n in tiny.hook_points() if "attn." not in n]
+    with tiny.hooks([(n, lambda x, name: None) for n in names] + [(n, lambda x, name: x) for n in names]):
+        hooked = tiny(tokens)
+    assert torch.equal(plain, hooked)
+
+
+def test_explicit_attention_path_matches_sdpa(tiny):
+    tokens = torch.randint(0, 470, (4, 21))
+    plain = tiny(tokens)
+    with tiny.hooks([(f"blocks.{i}.attn.hook_pattern", lambda x, n: None) for i in range(3)]):
+        explicit = tiny(tokens)
+    torch.testing.assert_close(explicit, plain, atol=1e-5, rtol=1e-5)
+
+
+def test_hooks_are_removed_after_an_exception(tiny):
+    with pytest.raises(RuntimeError):
+        with tiny.hooks([("blocks.0.hook_resid_pre", lambda x, n: x * 0)]):
+            raise RuntimeError("boom")
+    assert all(not p.fns for p in tiny.hook_points().values())
+    with pytest.raises(KeyError, match="no hook point"):
+        with tiny.hooks([("blocks.0.resid_pre", lambda x, n: x)]):
+            pass
+
+
+def test_cache_patch_and_skip(tiny):
+    a, b = torch.randint(0, 470, (2, 9)), torch.randint(0, 470, (2, 9))
+    store = {}
+    with tiny.hooks([("blocks.0.hook_resid_pre", cache_hook(store))]):
+        logits_b = tiny(b)
+    rows = torch.arange(2).repeat_interleave(9)
+    pos = torch.arange(9).repeat(2)
+    with tiny.hooks([("blocks.0.hook_resid_pre", patch_hook(rows, pos, store["blocks.0.hook_resid_pre"][rows, pos]))]):
+        patched = tiny(a)
+    assert torch.equal(patched, logits_b)  # patching every position entering block 0 is running b
+    with tiny.hooks(skip_block_hooks(1)):
+        skipped = tiny(a)
+    manual = tiny.embed(a)
+    T = a.shape[1]
+    cos, sin = tiny.rope_cos[:T][None, None], tiny.rope_sin[:T][None, None]
+    for i in (0, 2):
+        manual = tiny.blocks[i](manual, cos, sin)
+    torch.testing.assert_close(skipped, tiny.logits(manual))
+
+
+def test_causal_so_right_padding_is_harmless(tiny):
+    a = torch.randint(0, 470, (1, 12))
+    b = a.clone()
+    b[0, 8:] = 0
+    torch.testing.assert_close(tiny(a)[:, :8], tiny(b)[:, :8])
+
+
+def test_noise_jumps_equal_materialised_fully_masked_noise(tiny):
+    spec = StageSpec(216, 216, 32, 2, 6, noise_tokens=100, noise_fraction=1.0)
+    jumps = generate(spec, 8, np.random.default_rng(0))
+    mat = generate(spec, 8, np.random.default_rng(0), materialize_noise=True)
+    logits_jump = tiny(torch.from_numpy(jumps.tokens), torch.from_numpy(jumps.positions))
+    is_noise = torch.from_numpy(mat.roles == Role.NOISE)
+    T = is_noise.shape[1]
+    blocked = is_noise[:, None, :].expand(-1, T, -1)  # nobody attends to a noise token
+    hooks = [(f"blocks.{i}.attn.hook_attn_scores", knockout_hook(blocked)) for i in range(TINY.n_layers)]
+    with tiny.hooks(hooks):
+        logits_mat = tiny(torch.from_numpy(mat.tokens), torch.from_numpy(mat.positions))
+    for i in range(8):
+        L = jumps.answer_pos[i] + 1
+        real = torch.from_numpy(jumps.positions[i, :L])
+        torch.testing.assert_close(logits_mat[i, real], logits_jump[i, :L], atol=1e-5, rtol=1e-5)
+
+
+def test_position_beyond_table_is_a_clear_error(tiny):
+    with pytest.raises(ValueError, match="max_positions"):
+        tiny(torch.zeros(1, 2, dtype=torch.long), torch.tensor([[0, 10**6]]))

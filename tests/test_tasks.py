@@ -1,0 +1,147 @@
+"""Task generators: every answer recomputed from the prompt text; stage constraints; noise layout."""
+
+import numpy as np
+import pytest
+
+from vlbind.tasks import BY_COLOR, BY_SHAPE, GROUNDING, RETRIEVAL, Role, StageSpec, generate, prompt_text
+from vlbind.vocab import VOCAB
+
+CURRICULUM = {
+    "text_s1": StageSpec(8, 8, 8, 2, 2, shuffle=False, symmetric_fraction=0.5),
+    "text_s2": StageSpec(216, 216, 8, 2, 2, shuffle=False, symmetric_fraction=0.5),
+    "text_s3": StageSpec(216, 216, 8, 2, 8, shuffle=False, symmetric_fraction=0.5),
+    "text_s4": StageSpec(216, 216, 8, 2, 8, shuffle=True, symmetric_fraction=0.5),
+    "text_s5": StageSpec(216, 216, 32, 2, 8, shuffle=True, symmetric_fraction=0.5),
+    "noise_text": StageSpec(216, 216, 32, 2, 8, shuffle=True, symmetric_fraction=0.5, noise_tokens=100,
+                            noise_fraction=0.5),
+    "mixed_tasks": StageSpec(216, 216, 32, 2, 8, grounding_fraction=0.5, symmetric_fraction=0.5),
+}
+
+
+def solve(text: str) -> str:
+    """Answer a prompt from its text alone, the way the paper defines the task (appendix C)."""
+    toks = [t for t in text.split() if t != "[NOISE]"]
+    end = toks.index("[CONTEXTEND]")
+    context = toks[:end]
+    pairs = list(zip(context[0::2], context[1::2]))
+    assert all(c.startswith("color") and s.startswith("shape") for c, s in pairs)
+    assert toks[-3] == "[QUESTION]" and toks[-1] == "[ANSWER]"
+    query = toks[-2]
+    if query.startswith("color"):
+        (entity,) = [s for c, s in pairs if c == query]
+    else:
+        (entity,) = [c for c, s in pairs if s == query]
+    middle = toks[end + 1 : -3]
+    if not middle:  # feature grounding
+        return entity
+    entries = " ".join(middle).split(" [SEP] ")
+    assoc = dict(e.split() for e in entries)
+    assert len(assoc) == len(pairs)
+    return assoc[entity]
+
+
+@pytest.mark.parametrize("stage", list(CURRICULUM))
+@pytest.mark.parametrize("materialize", [False, True])
+def test_every_answer_recomputed_from_text(stage, materialize):
+    b = generate(CURRICULUM[stage], 200, np.random.default_rng(1), materialize_noise=materialize)
+    for i in range(len(b)):
+        assert solve(prompt_text(b, i)) == VOCAB.tokens[b.target[i]]
+
+
+@pytest.mark.parametrize("stage", list(CURRICULUM))
+def test_stage_constraints(stage):
+    spec = CURRICULUM[stage]
+    b = generate(spec, 500, np.random.default_rng(2))
+    assert b.n_pairs.min() >= spec.min_pairs and b.n_pairs.max() <= spec.max_pairs
+    if spec.min_pairs < spec.max_pairs:
+        assert set(np.unique(b.n_pairs)) == set(range(spec.min_pairs, spec.max_pairs + 1))
+    for i in range(len(b)):
+        n = b.n_pairs[i]
+        row = b.tokens[i, : b.answer_pos[i] + 1]
+        colors = row[b.roles[i, : len(row)] == Role.CONTEXT_COLOR]
+        shapes = row[b.roles[i, : len(row)] == Role.CONTEXT_SHAPE]
+        items = row[b.roles[i, : len(row)] == Role.ASSOCIATION_ITEM]
+        assert len(colors) == len(shapes) == n and len(set(colors)) == len(set(shapes)) == n
+        assert len(set(items)) == len(items)
+        assert colors.min() >= VOCAB.color_offset and colors.max() < VOCAB.color_offset + spec.n_colors
+        assert shapes.min() >= VOCAB.shape_offset and shapes.max() < VOCAB.shape_offset + spec.n_shapes
+        if len(items):
+            assert items.min() >= VOCAB.item_offset and items.max() < VOCAB.item_offset + spec.n_items
+    orders = b.association_order
+    identity = np.all((orders == np.arange(spec.max_pairs)) | (orders < 0), axis=1)
+    if spec.shuffle:
+        assert not identity[b.task == RETRIEVAL].all()
+    else:
+        assert identity.all()
+
+
+def test_restricted_vocab_is_fully_used():
+    b = generate(CURRICULUM["text_s1"], 2000, np.random.default_rng(3))
+    assert set(np.unique(b.colors)) == set(VOCAB.color_offset + np.arange(8))
+    assert set(np.unique(b.shapes)) == set(VOCAB.shape_offset + np.arange(8))
+
+
+def test_roles_and_slots_point_at_the_bound_objects():
+    b = generate(CURRICULUM["text_s5"], 300, np.random.default_rng(4))
+    for i in range(len(b)):
+        for t in range(b.answer_pos[i] + 1):
+            role, slot, tok = b.roles[i, t], b.slots[i, t], b.tokens[i, t]
+            if role == Role.CONTEXT_COLOR:
+                assert tok == b.colors[i, slot]
+            elif role == Role.CONTEXT_SHAPE:
+                assert tok == b.shapes[i, slot]
+            elif role == Role.ASSOCIATION_ITEM:
+                assert tok == b.items[i, slot]
+            elif role == Role.QUERY:
+                assert slot == b.query_slot[i]
+        assert b.roles[i, b.answer_pos[i]] == Role.ANSWER
+
+
+def test_overrides_fix_task_direction_and_length():
+    spec = CURRICULUM["mixed_tasks"]
+    b = generate(spec, 100, np.random.default_rng(5), n_pairs=32, task=GROUNDING, query_by=BY_SHAPE)
+    assert (b.n_pairs == 32).all() and (b.task == GROUNDING).all() and (b.query_by == BY_SHAPE).all()
+    assert (b.target < VOCAB.shape_offset).all()  # grounding by shape answers a color
+    b = generate(spec, 100, np.random.default_rng(5), task=RETRIEVAL, query_by=BY_COLOR)
+    assert (b.target >= VOCAB.item_offset).all()
+
+
+def test_noise_is_a_position_jump_of_100_between_consecutive_pairs():
+    spec = StageSpec(216, 216, 32, 2, 8, noise_tokens=100, noise_fraction=1.0)
+    b = generate(spec, 50, np.random.default_rng(6))
+    m = generate(spec, 50, np.random.default_rng(6), materialize_noise=True)
+    for i in range(len(b)):
+        n, L = b.n_pairs[i], b.answer_pos[i] + 1
+        assert (m.tokens[i] == VOCAB.noise).sum() == 100 * (n - 1)
+        real = m.roles[i] != Role.NOISE
+        real[m.answer_pos[i] + 1 :] = False
+        assert np.array_equal(np.nonzero(real)[0], b.positions[i, :L])  # jumps == where the real tokens sit
+        assert np.array_equal(m.tokens[i, real], b.tokens[i, :L])
+        ctx = b.positions[i, : 2 * n]
+        assert np.array_equal(np.diff(ctx)[1::2], np.full(n - 1, 101))  # shape -> next color skips 100
+
+
+def test_noise_fraction_is_respected():
+    spec = StageSpec(216, 216, 32, 2, 8, noise_tokens=100, noise_fraction=0.5)
+    b = generate(spec, 4000, np.random.default_rng(7))
+    assert abs((b.noise > 0).mean() - 0.5) < 0.04
+
+
+def test_same_seed_same_batch():
+    a = generate(CURRICULUM["noise_text"], 64, np.random.default_rng(8))
+    b = generate(CURRICULUM["noise_text"], 64, np.random.default_rng(8))
+    assert np.array_equal(a.tokens, b.tokens) and np.array_equal(a.positions, b.positions)
+
+
+@pytest.mark.parametrize("bad, key", [({"n_colors": 300}, "n_colors"), ({"min_pairs": 5, "max_pairs": 3}, "min_pairs"),
+                                      ({"n_items": 4}, "n_items"), ({"noise_fraction": 2.0}, "noise_fraction")])
+def test_bad_spec_names_the_key(bad, key):
+    with pytest.raises(ValueError, match=key):
+        StageSpec(**{**dict(n_colors=216, n_shapes=216, n_items=32, min_pairs=2, max_pairs=8), **bad})
+
+
+def test_paper_example_is_solved():
+    text = ("color0113 shape0055 color0119 shape0041 color0153 shape0091 [CONTEXTEND] shape0041 item0029 [SEP] "
+            "shape0055 item0025 [SEP] shape0091 item0020 [QUESTION] color0119 [ANSWER]")
+    assert solve(text) == "item0029"
+    assert VOCAB.decode(VOCAB.encode(text)) == text

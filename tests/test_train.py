@@ -1,0 +1,145 @@
+"""Training: resume after a kill, determinism, schedule, and evaluation that never mutates the model."""
+
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+from vlbind.checkpoint import load_model
+from vlbind.evaluate import EVAL_SPEC, EvalConfig, evaluate, ood_average
+from vlbind.model import ModelConfig, Transformer
+from vlbind.tasks import BY_COLOR, RETRIEVAL, StageSpec, generate
+from vlbind.train import RESUME_FILE, TrainConfig, lr_at, train_stage
+
+TINY = ModelConfig(n_layers=2, d_model=32, d_ff=64, n_heads=2, vocab_size=480)
+SPEC = StageSpec(8, 8, 8, 2, 3, shuffle=True)
+CFG = TrainConfig(lr=3e-3, warmup_steps=4, batch_size=8, eval_every=3, val_size=16, max_steps=12,
+                  checkpoint_every=3, target_accuracy=None, patience=100)
+
+
+def fresh(seed=0):
+    torch.manual_seed(seed)
+    return Transformer(TINY)
+
+
+def weights(model):
+    return {k: v.clone() for k, v in model.state_dict().items()}
+
+
+class Kill(Exception):
+    pass
+
+
+def test_resume_after_kill_reaches_the_uninterrupted_weights(tmp_path):
+    ref = fresh()
+    train_stage(ref, SPEC, CFG, tmp_path / "ref", stage="text_s1")
+
+    def die(step):
+        if step == 8:
+            raise Kill
+
+    with pytest.raises(Kill):
+        train_stage(fresh(), SPEC, CFG, tmp_path / "run", stage="text_s1", callback=die)
+    assert (tmp_path / "run" / RESUME_FILE).is_file()
+    assert not (tmp_path / "run" / "model.safetensors").exists()
+    meta = train_stage(fresh(), SPEC, CFG, tmp_path / "run", stage="text_s1")
+    assert meta["resumed"] and not (tmp_path / "run" / RESUME_FILE).exists()
+    resumed, _ = load_model(tmp_path / "run")
+    for k, v in ref.state_dict().items():
+        assert torch.equal(resumed.state_dict()[k], v), k
+    a = pd.read_parquet(tmp_path / "ref" / "metrics.parquet")
+    b = pd.read_parquet(tmp_path / "run" / "metrics.parquet")
+    pd.testing.assert_series_equal(a["val_accuracy"], b["val_accuracy"])
+    pd.testing.assert_series_equal(a["train_loss"], b["train_loss"])
+
+
+def test_resume_state_from_other_settings_is_ignored(tmp_path):
+    def die(step):
+        if step == 7:
+            raise Kill
+
+    with pytest.raises(Kill):
+        train_stage(fresh(), SPEC, CFG, tmp_path, stage="text_s1", callback=die)
+    other = TrainConfig(**{**CFG.__dict__, "lr": 1e-3})
+    meta = train_stage(fresh(), SPEC, other, tmp_path, stage="text_s1")
+    assert not meta["resumed"]
+
+
+def test_same_seed_same_weights_and_metrics(tmp_path):
+    a, b = fresh(), fresh()
+    train_stage(a, SPEC, CFG, tmp_path / "a", stage="text_s1")
+    train_stage(b, SPEC, CFG, tmp_path / "b", stage="text_s1")
+    for k, v in a.state_dict().items():
+        assert torch.equal(b.state_dict()[k], v)
+    meta = json.loads((tmp_path / "a" / "meta.json").read_text())
+    assert meta["steps"] == 12 and meta["stage"] == "text_s1"
+    c = fresh()
+    train_stage(c, SPEC, TrainConfig(**{**CFG.__dict__, "seed": 1}), tmp_path / "c", stage="text_s1")
+    assert not all(torch.equal(c.state_dict()[k], v) for k, v in a.state_dict().items())
+
+
+def test_stage_keeps_best_weights_and_stops_at_target(tmp_path):
+    cfg = TrainConfig(**{**CFG.__dict__, "target_accuracy": 0.0})
+    meta = train_stage(fresh(), SPEC, cfg, tmp_path, stage="text_s1")
+    assert meta["stopped_because"] == "target_accuracy" and meta["steps"] == cfg.eval_every
+
+
+def test_warmup_then_constant():
+    cfg = TrainConfig(lr=1e-3, warmup_steps=2000)
+    assert lr_at(1, cfg) == pytest.approx(1e-3 / 2000)
+    assert lr_at(1000, cfg) == pytest.approx(5e-4)
+    assert lr_at(2000, cfg) == lr_at(50_000, cfg) == pytest.approx(1e-3)
+
+
+def test_answer_logits_equal_the_full_forward_at_answer():
+    """Training unembeds only the [ANSWER] rows; they must be exactly what the full forward gives there."""
+    from vlbind.train import answer_logits
+
+    m = fresh()
+    b = generate(SPEC, 4, np.random.default_rng(0))
+    full = m(torch.from_numpy(b.tokens), torch.from_numpy(b.positions))
+    torch.testing.assert_close(answer_logits(m, b, "cpu"), full[torch.arange(4), torch.from_numpy(b.answer_pos)])
+
+
+def naive_accuracy(model, cfg: EvalConfig, n: int) -> float:
+    """One prompt at a time, unpadded, from the same prompt stream as evaluate()."""
+    rng = np.random.default_rng([cfg.seed, n])
+    hits = 0
+    left = cfg.prompts_per_length
+    while left:
+        size = min(left, cfg.batch_size)
+        b = generate(EVAL_SPEC, size, rng, n_pairs=n, task=RETRIEVAL, query_by=BY_COLOR, noise=False)
+        for i in range(size):
+            L = b.answer_pos[i] + 1
+            logits = model(torch.from_numpy(b.tokens[i : i + 1, :L]))[0, -1]
+            hits += int(logits.argmax()) == b.target[i]
+        left -= size
+    return hits / cfg.prompts_per_length
+
+
+def test_evaluation_matches_naive_loop_and_never_mutates(tmp_path):
+    m = fresh()
+    train_stage(m, StageSpec(216, 216, 32, 2, 4), CFG, tmp_path, stage="text_s5")
+    m.train()
+    before = weights(m)
+    cfg = EvalConfig(min_objects=2, max_objects=11, train_max_objects=8, prompts_per_length=24, batch_size=10)
+    table = evaluate(m, cfg)
+    assert m.training
+    for k, v in before.items():
+        assert torch.equal(m.state_dict()[k], v)
+    assert list(table["n_objects"]) == list(range(2, 12))
+    assert table["in_distribution"].tolist() == [n <= 8 for n in range(2, 12)]
+    m.eval()
+    with torch.no_grad():
+        for n in (2, 9, 11):
+            assert table.set_index("n_objects").loc[n, "accuracy"] == pytest.approx(naive_accuracy(m, cfg, n))
+    assert ood_average(table) == pytest.approx(table[table.n_objects > 8].accuracy.mean())
+
+
+def test_bad_train_config_names_the_key():
+    with pytest.raises(ValueError, match="precision"):
+        TrainConfig(precision="fp8")
+    with pytest.raises(ValueError, match="lrr"):
+        TrainConfig.from_dict({"lrr": 1})
