@@ -17,5 +17,7 @@ rule evaluate:
     threads: config["resources"]["train_threads"]
     resources:
         gpu=config["resources"]["train_gpus"],
+    conda:
+        "../envs/vlbind.yaml"
     script:
         "../../scripts/evaluate.py"

@@ -14,6 +14,8 @@ rule fig3:
         "results/logs/figures/fig3.log",
     benchmark:
         "results/benchmarks/figures/fig3.tsv"
+    conda:
+        "../envs/vlbind.yaml"
     script:
         "../../scripts/figure.py"
 
@@ -30,6 +32,8 @@ rule fig8:
         "results/logs/figures/fig8.log",
     benchmark:
         "results/benchmarks/figures/fig8.tsv"
+    conda:
+        "../envs/vlbind.yaml"
     script:
         "../../scripts/figure.py"
 
@@ -44,5 +48,7 @@ rule ood_table:
         "results/logs/figures/ood_table.log",
     benchmark:
         "results/benchmarks/figures/ood_table.tsv"
+    conda:
+        "../envs/vlbind.yaml"
     script:
         "../../scripts/ood_table.py"

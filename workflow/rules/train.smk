@@ -23,5 +23,7 @@ rule train_text:
         gpu=config["resources"]["train_gpus"],
         runtime=config["resources"]["train_runtime_min"],
         mem_mb=config["resources"]["train_mem_mb"],
+    conda:
+        "../envs/vlbind.yaml"
     script:
         "../../scripts/train.py"

@@ -1,0 +1,117 @@
+"""The Snakemake DAG: the smoke overlay end to end, reruns after a config change, config validation, lint.
+
+These run Snakemake as a user would, in a copy of the workflow in a temporary directory.
+"""
+
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SNAKEMAKE = [sys.executable, "-m", "snakemake"]
+SEEDS = (0, 1)
+TEXT_STAGES = ["text_s1", "text_s2", "text_s3", "text_s4", "text_s5", "noise_text"]
+
+
+def snakemake(workdir, *args, check=True):
+    proc = subprocess.run([*SNAKEMAKE, "--cores", "2", *args], cwd=workdir, capture_output=True, text=True)
+    if check and proc.returncode:
+        raise AssertionError(f"snakemake {' '.join(args)} failed:\n{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}")
+    return proc
+
+
+def copy_workflow(dest: Path) -> Path:
+    dest.mkdir(parents=True, exist_ok=True)
+    for name in ("Snakefile", "workflow", "config", "scripts", "profiles", "src"):
+        src = ROOT / name
+        (shutil.copytree if src.is_dir() else shutil.copy)(src, dest / name)
+    return dest
+
+
+def scheduled(dry_run_output: str) -> set[tuple[str, str]]:
+    """(rule, wildcards) of every job a dry run lists."""
+    jobs = set()
+    for block in re.split(r"\n(?=(?:localrule|rule) )", dry_run_output):
+        m = re.match(r"(?:localrule|rule) (\w+):", block)
+        if m:
+            w = re.search(r"wildcards: (.*)", block)
+            jobs.add((m.group(1), w.group(1).strip() if w else ""))
+    return jobs
+
+
+@pytest.fixture(scope="module")
+def smoke_tree(tmp_path_factory):
+    work = copy_workflow(tmp_path_factory.mktemp("smoke"))
+    snakemake(work, "results/figures/fig3.pdf", "results/figures/fig8.pdf", "results/tables/ood_accuracy.csv",
+              "--configfile", "config/smoke.yaml")
+    return work
+
+
+def test_smoke_dag_draws_fig3_and_fig8(smoke_tree):
+    for out in ("results/figures/fig3.pdf", "results/figures/fig8.pdf"):
+        assert (smoke_tree / out).read_bytes().startswith(b"%PDF")
+    table = pd.concat(pd.read_parquet(p) for p in (smoke_tree / "results/eval").rglob("*.parquet"))
+    assert set(table["variant"]) == {"text_only", "noise_text"}
+    assert set(table["run"]) == {f"seed{s}" for s in SEEDS}
+    assert table["n_objects"].min() == 2 and table["n_objects"].max() == 12
+    summary = pd.read_csv(smoke_tree / "results/tables/ood_accuracy.csv", index_col=0)
+    assert list(summary.index) == ["text_only", "noise_text"] and (summary["runs"] == 2).all()
+
+
+def test_every_stage_has_a_checkpoint_and_every_job_a_log(smoke_tree):
+    for s in SEEDS:
+        for stage in TEXT_STAGES:
+            d = smoke_tree / f"results/models/seed{s}/{stage}"
+            assert {"model.safetensors", "meta.json", "metrics.parquet"} <= {p.name for p in d.iterdir()}
+            assert (smoke_tree / f"results/logs/train/seed{s}/{stage}.log").stat().st_size > 0
+    assert len(list((smoke_tree / "results/logs/evaluate").rglob("*.log"))) == 4
+
+
+def test_complete_tree_schedules_nothing(smoke_tree):
+    out = snakemake(smoke_tree, "-n", "--configfile", "config/smoke.yaml").stdout
+    assert "Nothing to be done" in out
+
+
+def test_changed_stage_parameter_reruns_exactly_that_stage_and_descendants(smoke_tree, tmp_path):
+    overlay = tmp_path / "change.yaml"
+    overlay.write_text("stages:\n  text_s3:\n    train: {lr: 0.002}\n")
+    out = snakemake(smoke_tree, "-n", "--configfile", "config/smoke.yaml", str(overlay)).stdout
+    jobs = scheduled(out)
+    expected = {("train_text", f"seed={s}, stage={st}") for s in SEEDS for st in TEXT_STAGES[2:]}
+    expected |= {("evaluate", f"variant={v}, run=seed{s}") for v in ("text_only", "noise_text") for s in SEEDS}
+    expected |= {("fig3", ""), ("fig8", ""), ("ood_table", ""), ("all", "")}
+    assert jobs == expected
+
+
+def test_changed_eval_setting_retrains_nothing(smoke_tree, tmp_path):
+    overlay = tmp_path / "change.yaml"
+    overlay.write_text("evaluate: {prompts_per_length: 8}\n")
+    jobs = scheduled(snakemake(smoke_tree, "-n", "--configfile", "config/smoke.yaml", str(overlay)).stdout)
+    assert {rule for rule, _ in jobs} == {"evaluate", "fig3", "fig8", "ood_table", "all"}
+
+
+@pytest.mark.parametrize("overlay, key", [
+    ("train: {lr: fast}", "train.lr"),
+    ("stages: {text_s1: {task: {n_colour: 8}}}", "n_colour"),
+    ("model: {n_layers: 0}", "model.n_layers"),
+    ("stages: {text_s3: {task: {min_pairs: 9, max_pairs: 8}}}", "stages.text_s3.task"),
+    ("seedz: [1]", "seedz"),
+    ("device: tpu", "device"),
+])
+def test_malformed_config_fails_at_dag_build_naming_the_key(tmp_path, overlay, key):
+    work = copy_workflow(tmp_path / "wf")
+    (tmp_path / "bad.yaml").write_text(overlay + "\n")
+    proc = snakemake(work, "-n", "--configfile", "config/smoke.yaml", str(tmp_path / "bad.yaml"), check=False)
+    assert proc.returncode != 0
+    assert key in proc.stdout + proc.stderr
+    assert not (work / "results").exists()
+
+
+def test_lint_is_clean():
+    proc = snakemake(ROOT, "--lint", "--configfile", "config/smoke.yaml", check=False)
+    assert proc.returncode == 0 and "good condition" in proc.stdout + proc.stderr, proc.stdout + proc.stderr
