@@ -38,6 +38,7 @@ class ModelConfig:
     vocab_size: int = 1000
     rope_base: float = 10000.0  # lost from the paper's text; our assumption (the RoFormer default)
     max_positions: int = 8192  # longest RoPE position id (noise jumps included)
+    init_std: float | None = None  # weight init std; None: 1/sqrt(d_model) (our assumption, see reset_parameters)
 
     def __post_init__(self) -> None:
         if self.d_model % self.n_heads or (self.d_model // self.n_heads) % 2:
@@ -136,11 +137,16 @@ class Transformer(nn.Module):
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
-        """GPT-2 style: N(0, 0.02), residual output projections scaled by 1/sqrt(2 * n_layers)."""
+        """N(0, init_std) for every matrix, residual output projections scaled by 1/sqrt(2 * n_layers) (GPT-2).
+
+        The paper gives no init. GPT-2's fixed 0.02 was tuned for d=768; at d=128 it is ~4x below the
+        1/sqrt(d) scale, which starts attention deeper in the saddle it must escape (see README).
+        """
+        std = self.cfg.init_std if self.cfg.init_std is not None else self.cfg.d_model ** -0.5
         for name, p in self.named_parameters():
             if p.dim() == 2:
-                std = 0.02 / math.sqrt(2 * self.cfg.n_layers) if name.endswith(("attn.out.weight", "mlp.down.weight")) else 0.02
-                nn.init.normal_(p, std=std)
+                scale = 1 / math.sqrt(2 * self.cfg.n_layers) if name.endswith(("attn.out.weight", "mlp.down.weight")) else 1.0
+                nn.init.normal_(p, std=std * scale)
 
     def residual(self, tokens: torch.Tensor, positions: torch.Tensor | None = None) -> torch.Tensor:
         """Residual stream after the last block, (B, T, d_model). positions default to 0..T-1."""

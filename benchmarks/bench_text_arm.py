@@ -1,0 +1,131 @@
+"""Speed of the text arm, measured side by side in one run. Prints a table; asserts nothing.
+
+    python benchmarks/bench_text_arm.py [--threads 1] [--steps 30] [--skip-dag]
+
+1. training step: our Transformer vs a Hugging Face LlamaForCausalLM of equal size (12 layers, d 128,
+   4 heads, SwiGLU width 341 so that its MLP has the same parameter count as our 512-wide GELU MLP,
+   1000-token vocabulary, untied embeddings), same batches, same answer-only loss, both unembedding only
+   the [ANSWER] rows, fp32 and bf16 autocast;
+2. noise_text vs text_only step cost (noise realised as RoPE position jumps);
+3. prompt generation as a share of a training step;
+4. `snakemake -n` on a complete tree (the smoke DAG, built once in a temporary directory).
+Run it when nothing else runs: on a busy 2-core box timings are noise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from vlbind.model import ModelConfig, Transformer, count_parameters
+from vlbind.tasks import StageSpec, generate
+from vlbind.train import answer_logits, autocast
+
+ROOT = Path(__file__).resolve().parents[1]
+TEXT_S5 = StageSpec(216, 216, 32, 2, 8, shuffle=True)
+NOISE_TEXT = StageSpec(216, 216, 32, 2, 8, shuffle=True, noise_tokens=100, noise_fraction=1.0)
+
+
+def llama_like(cfg: ModelConfig):
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    hf = LlamaConfig(vocab_size=cfg.vocab_size, hidden_size=cfg.d_model, intermediate_size=341,
+                     num_hidden_layers=cfg.n_layers, num_attention_heads=cfg.n_heads,
+                     num_key_value_heads=cfg.n_heads, max_position_embeddings=cfg.max_positions,
+                     rope_theta=cfg.rope_base, tie_word_embeddings=False, attention_dropout=0.0,
+                     attn_implementation="sdpa")
+    return LlamaForCausalLM(hf)
+
+
+def hf_answer_logits(model, batch, precision):
+    tokens, positions = torch.from_numpy(batch.tokens), torch.from_numpy(batch.positions)
+    with autocast("cpu", precision):
+        hidden = model.model(input_ids=tokens, position_ids=positions, use_cache=False).last_hidden_state
+        rows = torch.arange(len(batch))
+        return model.lm_head(hidden[rows, torch.from_numpy(batch.answer_pos)]).float()
+
+
+def time_steps(model, logits_fn, batches, precision) -> float:
+    """Median seconds per full training step (forward, answer-only loss, backward, clip, AdamW)."""
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, weight_decay=0.0)
+    times = []
+    for i, b in enumerate(batches):
+        t = time.perf_counter()
+        loss = F.cross_entropy(logits_fn(model, b, precision), torch.from_numpy(b.target))
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        if i >= 3:  # warm-up steps excluded
+            times.append(time.perf_counter() - t)
+    return float(np.median(times))
+
+
+def ours(model, b, precision):
+    return answer_logits(model, b, "cpu", precision)
+
+
+def dag_dry_run_seconds() -> float:
+    work = Path(tempfile.mkdtemp(prefix="vlbind-bench-"))
+    try:
+        for name in ("Snakefile", "workflow", "config", "scripts", "profiles", "src"):
+            (shutil.copytree if (ROOT / name).is_dir() else shutil.copy)(ROOT / name, work / name)
+        smk = [sys.executable, "-m", "snakemake", "--cores", "2", "--configfile", "config/smoke.yaml"]
+        subprocess.run(smk, cwd=work, check=True, capture_output=True)
+        times = []
+        for _ in range(3):
+            t = time.perf_counter()
+            out = subprocess.run([*smk, "-n"], cwd=work, check=True, capture_output=True, text=True)
+            times.append(time.perf_counter() - t)
+            assert "Nothing to be done" in out.stdout + out.stderr
+        return float(np.median(times))
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--steps", type=int, default=30)
+    ap.add_argument("--skip-dag", action="store_true")
+    args = ap.parse_args()
+    torch.set_num_threads(args.threads)
+    cfg = ModelConfig()
+    torch.manual_seed(0)
+    model, hf = Transformer(cfg), llama_like(cfg)
+    print(f"threads={args.threads} torch={torch.__version__} params: ours {count_parameters(model):,}, "
+          f"llama {count_parameters(hf):,}")
+    rng = np.random.default_rng(0)
+    batches = [generate(TEXT_S5, 32, rng, n_pairs=8) for _ in range(args.steps + 3)]  # length 43
+    tokens = sum(b.tokens.size for b in batches[3:]) / len(batches[3:])
+    print("\n| model | precision | steps/s | tokens/s | ours vs llama |\n|---|---|---|---|---|")
+    for precision in ("fp32", "bf16"):
+        t_ours = time_steps(model, ours, batches, precision)
+        t_hf = time_steps(hf, hf_answer_logits, batches, precision)
+        print(f"| ours (Table 2) | {precision} | {1 / t_ours:.2f} | {tokens / t_ours:,.0f} | {t_hf / t_ours:.2f}x |")
+        print(f"| HF Llama, equal size | {precision} | {1 / t_hf:.2f} | {tokens / t_hf:,.0f} | |")
+
+    noisy = [generate(NOISE_TEXT, 32, rng, n_pairs=8) for _ in range(args.steps + 3)]
+    t_text, t_noise = time_steps(model, ours, batches, "fp32"), time_steps(model, ours, noisy, "fp32")
+    t0 = time.perf_counter()
+    for _ in range(200):
+        generate(NOISE_TEXT, 32, rng)
+    t_gen = (time.perf_counter() - t0) / 200
+    print(f"\nnoise_text step / text_only step (8 objects, fp32): {t_noise / t_text:.3f}x "
+          f"({1 / t_noise:.2f} vs {1 / t_text:.2f} steps/s)")
+    print(f"prompt generation: {1e3 * t_gen:.2f} ms per batch of 32 = {100 * t_gen / t_text:.2f}% of a training step")
+    if not args.skip_dag:
+        print(f"snakemake -n on a complete smoke tree: {dag_dry_run_seconds():.2f} s (median of 3)")
+
+
+if __name__ == "__main__":
+    main()
