@@ -14,8 +14,8 @@ include: "workflow/rules/figures.smk"
 
 
 rule all:
+    default_target: True
     input:
         rules.fig3.output.pdf,
         rules.fig8.output.pdf,
         rules.ood_table.output.csv,
-    default_target: True

@@ -4,8 +4,16 @@ import numpy as np
 import pytest
 import torch
 
-from vlbind.model import (ModelConfig, Transformer, cache_hook, count_parameters, knockout_hook, patch_hook, rope,
-                          skip_block_hooks)
+from vlbind.model import (
+    ModelConfig,
+    Transformer,
+    cache_hook,
+    count_parameters,
+    knockout_hook,
+    patch_hook,
+    rope,
+    skip_block_hooks,
+)
 from vlbind.tasks import Role, StageSpec, generate
 
 TINY = ModelConfig(n_layers=3, d_model=32, d_ff=64, n_heads=2, vocab_size=500)

@@ -115,3 +115,12 @@ def test_malformed_config_fails_at_dag_build_naming_the_key(tmp_path, overlay, k
 def test_lint_is_clean():
     proc = snakemake(ROOT, "--lint", "--configfile", "config/smoke.yaml", check=False)
     assert proc.returncode == 0 and "good condition" in proc.stdout + proc.stderr, proc.stdout + proc.stderr
+
+
+def test_code_is_formatted_and_lint_free():
+    ruff = subprocess.run([sys.executable, "-m", "ruff", "check", "src", "scripts", "tests", "benchmarks"],
+                          cwd=ROOT, capture_output=True, text=True)
+    assert ruff.returncode == 0, ruff.stdout
+    fmt = subprocess.run([sys.executable, "-m", "snakefmt", "--check", "Snakefile", "workflow/rules"],
+                         cwd=ROOT, capture_output=True, text=True)
+    assert fmt.returncode == 0, fmt.stdout + fmt.stderr

@@ -57,8 +57,10 @@ def main(argv: list[str] | None = None) -> int:
     s.add_argument("--task", choices=["retrieval", "grounding"], default="retrieval")
     s.add_argument("--query-by", choices=["color", "shape", "any"], default="color",
                    help="query direction; 'any' follows the stage's symmetric_fraction")
-    s.add_argument("--noise", action="store_true", help="insert the stage's noise (100 tokens if it has none), shown as [NOISE]")
-    s.add_argument("--config", nargs="+", default=["config/config.yaml"], help="config file and overlays, merged left to right")
+    s.add_argument("--noise", action="store_true",
+                   help="insert the stage's noise (100 tokens if it has none), shown as [NOISE]")
+    s.add_argument("--config", nargs="+", default=["config/config.yaml"],
+                   help="config file and overlays, merged left to right")
     args = parser.parse_args(argv)
     try:
         return {"sample": _sample}[args.command](args)

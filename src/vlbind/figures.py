@@ -59,7 +59,8 @@ def fig3(df: pd.DataFrame, path: str | Path, note: str = "") -> None:
         mean, n = d.mean(), d.size()
         se = (d.std(ddof=1) / np.sqrt(n)).fillna(0.0)
         s = summary.loc[v]
-        label = f"{v} (OOD {100 * s.ood_mean:.1f}%" + (f" ± {100 * s.ood_se:.1f}" if s.runs > 1 else "") + f", {int(s.runs)} runs)"
+        se_text = f" ± {100 * s.ood_se:.1f}" if s.runs > 1 else ""
+        label = f"{v} (OOD {100 * s.ood_mean:.1f}%{se_text}, {int(s.runs)} runs)"
         color = VARIANT_COLORS.get(v)
         ax.plot(mean.index, mean.values, marker="o", ms=3, color=color, label=label)
         ax.fill_between(mean.index, mean - se, mean + se, color=color, alpha=0.25, lw=0)
@@ -76,7 +77,8 @@ def fig8(df: pd.DataFrame, path: str | Path, note: str = "") -> None:
         _train_range(ax, df)
         d = df[df["variant"] == v]
         for run, r in d.groupby("run"):
-            ax.plot(r["n_objects"], r["accuracy"], marker="o", ms=2, lw=1, label=f"{run} (OOD {100 * ood_average(r):.1f}%)")
+            label = f"{run} (OOD {100 * ood_average(r):.1f}%)"
+            ax.plot(r["n_objects"], r["accuracy"], marker="o", ms=2, lw=1, label=label)
         ax.set(title=v, xlabel="number of objects", ylim=(0, 1.02))
         ax.legend(fontsize=6, loc="lower left")
     axes[0][0].set_ylabel("accuracy")

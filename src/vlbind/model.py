@@ -18,9 +18,9 @@ A hook is `fn(tensor, name) -> tensor | None` (None keeps the tensor). Attach ho
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Iterable
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
-from typing import Callable, Iterable
 
 import torch
 import torch.nn as nn
@@ -145,7 +145,8 @@ class Transformer(nn.Module):
         std = self.cfg.init_std if self.cfg.init_std is not None else self.cfg.d_model ** -0.5
         for name, p in self.named_parameters():
             if p.dim() == 2:
-                scale = 1 / math.sqrt(2 * self.cfg.n_layers) if name.endswith(("attn.out.weight", "mlp.down.weight")) else 1.0
+                residual_out = name.endswith(("attn.out.weight", "mlp.down.weight"))
+                scale = 1 / math.sqrt(2 * self.cfg.n_layers) if residual_out else 1.0
                 nn.init.normal_(p, std=std * scale)
 
     def residual(self, tokens: torch.Tensor, positions: torch.Tensor | None = None) -> torch.Tensor:

@@ -86,7 +86,7 @@ class StageSpec:
             raise ValueError(f"StageSpec.noise_tokens={self.noise_tokens} must be >= 0")
 
     @classmethod
-    def from_dict(cls, d: dict) -> "StageSpec":
+    def from_dict(cls, d: dict) -> StageSpec:
         names = {f.name for f in fields(cls)}
         unknown = set(d) - names
         if unknown:

@@ -16,9 +16,9 @@ import json
 import logging
 import math
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 import pandas as pd
@@ -27,8 +27,8 @@ import torch.nn.functional as F
 
 from . import __version__
 from .checkpoint import load_optimizer_tensors, load_tensors, optimizer_tensors, save_model, save_tensors
-from .tasks import Batch, StageSpec, generate
 from .model import Transformer
+from .tasks import Batch, StageSpec, generate
 
 log = logging.getLogger(__name__)
 RESUME_FILE = "resume.safetensors"
@@ -59,7 +59,7 @@ class TrainConfig:
                 raise ValueError(f"TrainConfig.{key}={getattr(self, key)} must be >= 1")
 
     @classmethod
-    def from_dict(cls, d: dict) -> "TrainConfig":
+    def from_dict(cls, d: dict) -> TrainConfig:
         names = {f.name for f in fields(cls)}
         unknown = set(d) - names
         if unknown:

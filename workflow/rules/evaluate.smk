@@ -6,18 +6,18 @@ rule evaluate:
         model=variant_model,
     output:
         table="results/eval/{variant}/{run}.parquet",
-    params:
-        evaluate=config["evaluate"],
-        device=config["device"],
-        precision=config["train"]["precision"],
     log:
         "results/logs/evaluate/{variant}/{run}.log",
     benchmark:
         "results/benchmarks/evaluate/{variant}/{run}.tsv"
+    conda:
+        "../envs/vlbind.yaml"
     threads: config["resources"]["train_threads"]
     resources:
         gpu=config["resources"]["train_gpus"],
-    conda:
-        "../envs/vlbind.yaml"
+    params:
+        evaluate=config["evaluate"],
+        device=config["device"],
+        precision=config["train"]["precision"],
     script:
         "../../scripts/evaluate.py"

@@ -8,14 +8,14 @@ rule fig3:
         code="src/vlbind/figures.py",
     output:
         pdf="results/figures/fig3.pdf",
-    params:
-        note=config["figure_note"],
     log:
         "results/logs/figures/fig3.log",
     benchmark:
         "results/benchmarks/figures/fig3.tsv"
     conda:
         "../envs/vlbind.yaml"
+    params:
+        note=config["figure_note"],
     script:
         "../../scripts/figure.py"
 
@@ -26,14 +26,14 @@ rule fig8:
         code="src/vlbind/figures.py",
     output:
         pdf="results/figures/fig8.pdf",
-    params:
-        note=config["figure_note"],
     log:
         "results/logs/figures/fig8.log",
     benchmark:
         "results/benchmarks/figures/fig8.tsv"
     conda:
         "../envs/vlbind.yaml"
+    params:
+        note=config["figure_note"],
     script:
         "../../scripts/figure.py"
 

@@ -11,19 +11,19 @@ rule train_text:
         model="results/models/seed{seed}/{stage}/model.safetensors",
         meta="results/models/seed{seed}/{stage}/meta.json",
         metrics="results/models/seed{seed}/{stage}/metrics.parquet",
-    params:
-        stage=lambda wc: vlconfig.stage_params(config, wc.stage),
-        device=config["device"],
     log:
         "results/logs/train/seed{seed}/{stage}.log",
     benchmark:
         "results/benchmarks/train/seed{seed}/{stage}.tsv"
+    conda:
+        "../envs/vlbind.yaml"
     threads: config["resources"]["train_threads"]
     resources:
         gpu=config["resources"]["train_gpus"],
         runtime=config["resources"]["train_runtime_min"],
         mem_mb=config["resources"]["train_mem_mb"],
-    conda:
-        "../envs/vlbind.yaml"
+    params:
+        stage=lambda wc: vlconfig.stage_params(config, wc.stage),
+        device=config["device"],
     script:
         "../../scripts/train.py"
