@@ -124,3 +124,13 @@ def test_code_is_formatted_and_lint_free():
     fmt = subprocess.run([sys.executable, "-m", "snakefmt", "--check", "Snakefile", "workflow/rules"],
                          cwd=ROOT, capture_output=True, text=True)
     assert fmt.returncode == 0, fmt.stdout + fmt.stderr
+
+
+def test_slurm_profile_gives_training_and_evaluation_a_gpu(tmp_path):
+    work = copy_workflow(tmp_path / "wf")
+    out = snakemake(work, "--profile", "profiles/slurm", "-n", "--configfile", "config/smoke.yaml").stdout
+    blocks = re.split(r"\n(?=(?:localrule|rule) )", out)
+    for rule in ("train_text", "evaluate"):
+        mine = [b for b in blocks if b.startswith(f"rule {rule}:")]
+        assert mine and all(re.search(r"resources:.*\bgpu=1\b", b) for b in mine)
+    assert not any(re.search(r"\bgpu=", b) for b in blocks if b.startswith(("rule fig3:", "rule all:")))
