@@ -1,5 +1,7 @@
 """The Table 2 transformer: size, RoPE, hooks, and noise realised as position jumps."""
 
+import math
+
 import numpy as np
 import pytest
 import torch
@@ -37,16 +39,22 @@ def test_table2_parameter_count_and_shapes():
     assert not any(isinstance(x, torch.nn.Dropout) for x in m.modules())
 
 
-def test_rope_matches_complex_rotation_of_interleaved_pairs():
+def test_rope_rotates_interleaved_pairs_by_position_times_frequency(tiny):
+    """Against a plain loop: pair (2i, 2i+1) at position p turns by p * base^(-2i/Dh)."""
     torch.manual_seed(1)
-    x = torch.randn(2, 3, 5, 8)
+    Dh = TINY.d_model // TINY.n_heads
+    x = torch.randn(2, 5, Dh)
     pos = torch.tensor([[0, 1, 2, 7, 100], [3, 3, 4, 9, 11]])
-    inv = 10000.0 ** (-torch.arange(0, 8, 2, dtype=torch.float64) / 8)
-    ang = pos[..., None].double() * inv  # (B, T, 4)
-    z = torch.view_as_complex(x.double().reshape(2, 3, 5, 4, 2).contiguous())
-    expected = torch.view_as_real(z * torch.polar(torch.ones_like(ang), ang)[:, None]).reshape(2, 3, 5, 8)
-    got = rope(x.double(), ang.cos()[:, None], ang.sin()[:, None])
-    torch.testing.assert_close(got, expected)
+    got = rope(x, tiny.rope_cis[pos])
+    expected = torch.empty_like(x)
+    for b in range(2):
+        for t in range(5):
+            for i in range(Dh // 2):
+                a = pos[b, t].item() * TINY.rope_base ** (-2 * i / Dh)
+                x0, x1 = x[b, t, 2 * i].item(), x[b, t, 2 * i + 1].item()
+                expected[b, t, 2 * i] = x0 * math.cos(a) - x1 * math.sin(a)
+                expected[b, t, 2 * i + 1] = x0 * math.sin(a) + x1 * math.cos(a)
+    torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-5)
 
 
 def test_rope_scores_depend_only_on_relative_position(tiny):
@@ -54,8 +62,7 @@ def test_rope_scores_depend_only_on_relative_position(tiny):
     q, k = torch.randn(1, 1, 1, 16), torch.randn(1, 1, 1, 16)
 
     def score(m, n):
-        c, s = tiny.rope_cos, tiny.rope_sin
-        return (rope(q, c[[m]][None, None], s[[m]][None, None]) * rope(k, c[[n]][None, None], s[[n]][None, None])).sum()
+        return (rope(q, tiny.rope_cis[m]) * rope(k, tiny.rope_cis[n])).sum()
 
     base = score(7, 3)
     for shift in (1, 50, 1000):
@@ -104,9 +111,9 @@ def test_cache_patch_and_skip(tiny):
         skipped = tiny(a)
     manual = tiny.embed(a)
     T = a.shape[1]
-    cos, sin = tiny.rope_cos[:T][None, None], tiny.rope_sin[:T][None, None]
+    cis = tiny.rope_cis[:T][None, :, None, None]
     for i in (0, 2):
-        manual = tiny.blocks[i](manual, cos, sin)
+        manual = tiny.blocks[i](manual, cis)
     torch.testing.assert_close(skipped, tiny.logits(manual))
 
 

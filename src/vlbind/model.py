@@ -64,10 +64,14 @@ class HookPoint(nn.Module):
         return x
 
 
-def rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """Rotate interleaved pairs (x[2i], x[2i+1]) of x (B, H, T, Dh) by angles with cos/sin (B, 1, T, Dh/2)."""
-    x0, x1 = x.unflatten(-1, (-1, 2)).unbind(-1)
-    return torch.stack((x0 * cos - x1 * sin, x0 * sin + x1 * cos), dim=-1).flatten(-2)
+def rope(x: torch.Tensor, cis: torch.Tensor) -> torch.Tensor:
+    """Rotate interleaved pairs (x[2i], x[2i+1]) of x (..., Dh) by the unit complex numbers cis (..., Dh/2).
+
+    Each pair is read as the complex number x[2i] + j x[2i+1] and multiplied by cis[i] = exp(j * angle):
+    one fused kernel instead of four multiplies, two adds and a stack (see benchmarks/).
+    """
+    z = torch.view_as_complex(x.float().unflatten(-1, (-1, 2)).contiguous())
+    return torch.view_as_real(z * cis).flatten(-2).type_as(x)
 
 
 class Attention(nn.Module):
@@ -79,10 +83,11 @@ class Attention(nn.Module):
         self.hook_attn_scores = HookPoint()
         self.hook_pattern = HookPoint()
 
-    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, cis: torch.Tensor) -> torch.Tensor:
         B, T, D = x.shape
-        q, k, v = self.qkv(x).view(B, T, 3, self.n_heads, self.d_head).permute(2, 0, 3, 1, 4)  # (B, H, T, Dh)
-        q, k = rope(q, cos, sin), rope(k, cos, sin)
+        qkv = self.qkv(x).view(B, T, 3, self.n_heads, self.d_head)
+        q, k = rope(qkv[:, :, :2], cis).permute(2, 0, 3, 1, 4)  # queries and keys in one call: (B, H, T, Dh) each
+        v = qkv[:, :, 2].transpose(1, 2)
         if self.hook_attn_scores.fns or self.hook_pattern.fns:
             scores = (q @ k.transpose(-1, -2)) / math.sqrt(self.d_head)  # (B, H, T, T)
             causal = torch.ones(T, T, dtype=torch.bool, device=x.device).tril()
@@ -112,9 +117,9 @@ class Block(nn.Module):
         self.hook_resid_pre, self.hook_resid_mid, self.hook_resid_post = HookPoint(), HookPoint(), HookPoint()
         self.hook_attn_out, self.hook_mlp_out = HookPoint(), HookPoint()
 
-    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, cis: torch.Tensor) -> torch.Tensor:
         x = self.hook_resid_pre(x)
-        x = self.hook_resid_mid(x + self.hook_attn_out(self.attn(self.ln1(x), cos, sin)))
+        x = self.hook_resid_mid(x + self.hook_attn_out(self.attn(self.ln1(x), cis)))
         return self.hook_resid_post(x + self.hook_mlp_out(self.mlp(self.ln2(x))))
 
 
@@ -129,8 +134,8 @@ class Transformer(nn.Module):
         d_head = cfg.d_model // cfg.n_heads
         inv_freq = cfg.rope_base ** (-torch.arange(0, d_head, 2, dtype=torch.float64) / d_head)
         angles = torch.arange(cfg.max_positions, dtype=torch.float64)[:, None] * inv_freq[None, :]
-        self.register_buffer("rope_cos", angles.cos().float(), persistent=False)  # (max_positions, Dh/2)
-        self.register_buffer("rope_sin", angles.sin().float(), persistent=False)
+        cis = torch.polar(torch.ones_like(angles), angles).to(torch.complex64)  # (max_positions, Dh/2)
+        self.register_buffer("rope_cis", cis, persistent=False)
         for name, module in self.named_modules():
             if isinstance(module, HookPoint):
                 module.name = name
@@ -157,10 +162,10 @@ class Transformer(nn.Module):
         top = int(positions.max())
         if top >= self.cfg.max_positions:
             raise ValueError(f"position id {top} exceeds ModelConfig.max_positions={self.cfg.max_positions}")
-        cos, sin = self.rope_cos[positions][:, None], self.rope_sin[positions][:, None]  # (B, 1, T, Dh/2)
+        cis = self.rope_cis[positions][:, :, None, None]  # (B, T, 1, 1, Dh/2): broadcast over q/k and heads
         x = self.embed(tokens)
         for block in self.blocks:
-            x = block(x, cos, sin)
+            x = block(x, cis)
         return x
 
     def logits(self, resid: torch.Tensor) -> torch.Tensor:
