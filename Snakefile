@@ -19,3 +19,4 @@ rule all:
         rules.fig3.output.pdf,
         rules.fig8.output.pdf,
         rules.ood_table.output.csv,
+        rules.training_table.output.csv,

@@ -47,8 +47,7 @@ def scheduled(dry_run_output: str) -> set[tuple[str, str]]:
 @pytest.fixture(scope="module")
 def smoke_tree(tmp_path_factory):
     work = copy_workflow(tmp_path_factory.mktemp("smoke"))
-    snakemake(work, "results/figures/fig3.pdf", "results/figures/fig8.pdf", "results/tables/ood_accuracy.csv",
-              "--configfile", "config/smoke.yaml")
+    snakemake(work, "--configfile", "config/smoke.yaml")  # the default target: every figure and table
     return work
 
 
@@ -61,6 +60,8 @@ def test_smoke_dag_draws_fig3_and_fig8(smoke_tree):
     assert table["n_objects"].min() == 2 and table["n_objects"].max() == 12
     summary = pd.read_csv(smoke_tree / "results/tables/ood_accuracy.csv", index_col=0)
     assert list(summary.index) == ["text_only", "noise_text"] and (summary["runs"] == 2).all()
+    training = pd.read_csv(smoke_tree / "results/tables/training.csv")
+    assert len(training) == len(SEEDS) * len(TEXT_STAGES) and (training["steps"] == 10).all()
 
 
 def test_every_stage_has_a_checkpoint_and_every_job_a_log(smoke_tree):
@@ -84,7 +85,7 @@ def test_changed_stage_parameter_reruns_exactly_that_stage_and_descendants(smoke
     jobs = scheduled(out)
     expected = {("train_text", f"seed={s}, stage={st}") for s in SEEDS for st in TEXT_STAGES[2:]}
     expected |= {("evaluate", f"variant={v}, run=seed{s}") for v in ("text_only", "noise_text") for s in SEEDS}
-    expected |= {("fig3", ""), ("fig8", ""), ("ood_table", ""), ("all", "")}
+    expected |= {("fig3", ""), ("fig8", ""), ("ood_table", ""), ("training_table", ""), ("all", "")}
     assert jobs == expected
 
 

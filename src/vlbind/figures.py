@@ -39,6 +39,19 @@ def ood_summary(df: pd.DataFrame) -> pd.DataFrame:
     return out.reindex([v for v in VARIANT_ORDER if v in out.index] + [v for v in out.index if v not in VARIANT_ORDER])
 
 
+def training_summary(meta_paths: list[str | Path]) -> pd.DataFrame:
+    """One row per trained stage: run, stage, steps, best step and validation accuracy, why it stopped, wall time."""
+    import json
+
+    rows = []
+    for p in meta_paths:
+        meta = json.loads(Path(p).read_text())
+        rows.append({"run": Path(p).parent.parent.name, "stage": meta["stage"], "steps": meta["steps"],
+                     "best_step": meta["best_step"], "best_val_accuracy": meta["best_val_accuracy"],
+                     "stopped_because": meta["stopped_because"], "wall_minutes": meta["wall_seconds"] / 60})
+    return pd.DataFrame(rows)
+
+
 def _variants(df):
     present = set(df["variant"])
     return [v for v in VARIANT_ORDER if v in present] + sorted(present - set(VARIANT_ORDER))

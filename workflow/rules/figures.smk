@@ -38,6 +38,22 @@ rule fig8:
         "../../scripts/figure.py"
 
 
+rule training_table:
+    input:
+        meta=expand("results/models/{run}/{stage}/meta.json", run=RUNS, stage=TEXT_STAGES),
+        code="src/vlbind/figures.py",
+    output:
+        csv="results/tables/training.csv",
+    log:
+        "results/logs/figures/training_table.log",
+    benchmark:
+        "results/benchmarks/figures/training_table.tsv"
+    conda:
+        "../envs/vlbind.yaml"
+    script:
+        "../../scripts/training_table.py"
+
+
 rule ood_table:
     input:
         tables=eval_tables(),
