@@ -77,6 +77,8 @@ def fig3(df: pd.DataFrame, path: str | Path, note: str = "") -> None:
         color = VARIANT_COLORS.get(v)
         ax.plot(mean.index, mean.values, marker="o", ms=3, color=color, label=label)
         ax.fill_between(mean.index, mean - se, mean + se, color=color, alpha=0.25, lw=0)
+    n = np.arange(df["n_objects"].min(), df["n_objects"].max() + 1)
+    ax.plot(n, 1 / n, ls=":", color="0.4", lw=1, label="chance (1 / objects)")
     ax.set(xlabel="number of objects in context", ylabel="accuracy (text modality, query by color)", ylim=(0, 1.02))
     ax.set_title("Indirect retrieval: accuracy vs context size" + (f"\n{note}" if note else ""), fontsize=9)
     ax.legend(fontsize=7, loc="lower left")

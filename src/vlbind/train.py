@@ -137,11 +137,11 @@ def train_stage(model: Transformer, spec: StageSpec, cfg: TrainConfig, out_dir: 
                       _weights_digest(model))
     ckpt_every = math.ceil(cfg.checkpoint_every / cfg.eval_every) * cfg.eval_every
 
-    step, best_acc, best_step, history = 0, -1.0, 0, []
+    step, best_acc, best_step, history, wall_before = 0, -1.0, 0, [], 0.0
     best_state = {k: v.detach().clone() for k, v in model.state_dict().items()}
     resumed = _load_resume(out_dir / RESUME_FILE, key, model, opt)
     if resumed is not None:
-        step, best_acc, best_step, history, rng_state, best_state = resumed
+        step, best_acc, best_step, history, rng_state, best_state, wall_before = resumed
         rng.bit_generator.state = rng_state
         log.info("resumed %s from step %d (best val acc %.4f)", stage, step, best_acc)
 
@@ -187,13 +187,13 @@ def train_stage(model: Transformer, spec: StageSpec, cfg: TrainConfig, out_dir: 
             break
         if step % ckpt_every == 0:
             _save_resume(out_dir / RESUME_FILE, key, model, opt, step, best_acc, best_step, history,
-                         rng.bit_generator.state, best_state)
+                         rng.bit_generator.state, best_state, wall_before + time.time() - t0)
 
     model.load_state_dict(best_state)
     meta = {"stage": stage, "parent": parent, "stage_spec": spec.to_dict(), "train_config": asdict(cfg),
             "model_config": model.cfg.to_dict(), "steps": step, "best_step": best_step,
             "best_val_accuracy": best_acc, "stopped_because": reason, "resumed": resumed is not None,
-            "wall_seconds": time.time() - t0, "vlbind_version": __version__}
+            "wall_seconds": wall_before + time.time() - t0, "vlbind_version": __version__}
     save_model(out_dir, model, meta, pd.DataFrame(history))
     (out_dir / RESUME_FILE).unlink(missing_ok=True)
     log.info("%s done: %s after %d steps, best val acc %.4f at step %d", stage, reason, step, best_acc, best_step)
@@ -208,13 +208,14 @@ def _weights_digest(model: Transformer) -> str:
     return h.hexdigest()[:16]
 
 
-def _save_resume(path, key, model, opt, step, best_acc, best_step, history, rng_state, best_state) -> None:
+def _save_resume(path, key, model, opt, step, best_acc, best_step, history, rng_state, best_state, wall) -> None:
     tensors = {f"model.{k}": v for k, v in model.state_dict().items()}
     tensors |= {f"best.{k}": v for k, v in best_state.items()}
     opt_tensors, groups = optimizer_tensors(opt)
     tensors |= opt_tensors
     save_tensors(path, tensors, {"key": key, "step": step, "best_acc": best_acc, "best_step": best_step,
-                                 "history": history, "rng_state": rng_state, "param_groups": groups})
+                                 "history": history, "rng_state": rng_state, "param_groups": groups,
+                                 "wall_seconds": wall})
 
 
 def _load_resume(path: Path, key: str, model, opt):
@@ -227,7 +228,8 @@ def _load_resume(path: Path, key: str, model, opt):
     pick = lambda prefix: {k[len(prefix):]: v for k, v in tensors.items() if k.startswith(prefix)}
     model.load_state_dict(pick("model."))
     load_optimizer_tensors(opt, {k: v for k, v in tensors.items() if k.startswith("optim.")}, meta["param_groups"])
-    return meta["step"], meta["best_acc"], meta["best_step"], meta["history"], meta["rng_state"], pick("best.")
+    return (meta["step"], meta["best_acc"], meta["best_step"], meta["history"], meta["rng_state"], pick("best."),
+            meta.get("wall_seconds", 0.0))
 
 
 def _eta(seconds: float) -> str:
