@@ -23,11 +23,12 @@ Everything is vectorised over the batch with numpy; randomness comes only from t
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass
 from enum import IntEnum
 
 import numpy as np
 
+from .settings import from_dict
 from .vocab import VOCAB, Vocab
 
 
@@ -87,11 +88,7 @@ class StageSpec:
 
     @classmethod
     def from_dict(cls, d: dict) -> StageSpec:
-        names = {f.name for f in fields(cls)}
-        unknown = set(d) - names
-        if unknown:
-            raise ValueError(f"unknown StageSpec keys {sorted(unknown)}; valid: {sorted(names)}")
-        return cls(**d)
+        return from_dict(cls, d)
 
     def to_dict(self) -> dict:
         return asdict(self)

@@ -17,7 +17,7 @@ import logging
 import math
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
@@ -28,6 +28,7 @@ import torch.nn.functional as F
 from . import __version__
 from .checkpoint import load_optimizer_tensors, load_tensors, optimizer_tensors, save_model, save_tensors
 from .model import Transformer
+from .settings import from_dict
 from .tasks import Batch, StageSpec, generate
 
 log = logging.getLogger(__name__)
@@ -60,11 +61,7 @@ class TrainConfig:
 
     @classmethod
     def from_dict(cls, d: dict) -> TrainConfig:
-        names = {f.name for f in fields(cls)}
-        unknown = set(d) - names
-        if unknown:
-            raise ValueError(f"unknown TrainConfig keys {sorted(unknown)}; valid: {sorted(names)}")
-        return cls(**d)
+        return from_dict(cls, d)
 
 
 def make_optimizer(model: torch.nn.Module, cfg: TrainConfig) -> torch.optim.AdamW:
