@@ -13,7 +13,7 @@ log = setup_logging(sm.log[0])
 torch.set_num_threads(sm.threads)
 device = vlconfig.resolve_device(sm.params.device)
 model, meta = load_model(Path(sm.input.model).parent, device)
-table = evaluate(model, EvalConfig(**sm.params.evaluate), device, sm.params.precision.get(device.split(":")[0], "fp32"))
+table = evaluate(model, EvalConfig(**sm.params.evaluate), device, vlconfig.precision_for(sm.params.precision, device))
 table.insert(0, "run", sm.wildcards.run)
 table.insert(0, "variant", sm.wildcards.variant)
 table["seed"] = meta["train_config"]["seed"]

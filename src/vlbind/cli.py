@@ -16,12 +16,11 @@ import numpy as np
 
 def setup_logging(path: str | None = None, level=logging.INFO) -> logging.Logger:
     """Log with timestamps to `path` (a rule's log file), or to stderr when no path is given."""
-    handlers: list[logging.Handler] = [logging.StreamHandler(sys.stderr)]
     if path:
         Path(path).parent.mkdir(parents=True, exist_ok=True)
-        handlers = [logging.FileHandler(path, mode="w")]
+    handler = logging.FileHandler(path, mode="w") if path else logging.StreamHandler(sys.stderr)
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-                        handlers=handlers, force=True)
+                        handlers=[handler], force=True)
     return logging.getLogger("vlbind")
 
 

@@ -89,10 +89,15 @@ def resolve_device(name: str) -> str:
     return name
 
 
+def precision_for(precision: dict, device: str) -> str:
+    """The autocast precision a `train.precision` section gives `device` ('cuda:1' -> its 'cuda' entry)."""
+    return precision.get(device.split(":")[0], "fp32")
+
+
 def train_config(params_train: dict, seed: int, device: str):
     """TrainConfig from a (merged) train section, with precision chosen for `device`."""
     from .train import TrainConfig
 
     t = dict(params_train)
     precision = t.pop("precision", {})
-    return TrainConfig.from_dict({**t, "seed": seed, "precision": precision.get(device.split(":")[0], "fp32")})
+    return TrainConfig.from_dict({**t, "seed": seed, "precision": precision_for(precision, device)})

@@ -15,8 +15,8 @@ import pandas as pd
 import torch
 
 from .model import Transformer
-from .tasks import BY_COLOR, RETRIEVAL, StageSpec, generate
-from .train import answer_logits
+from .tasks import BY_COLOR, RETRIEVAL, StageSpec, batch_sizes, generate
+from .train import count_correct
 
 
 @dataclass(frozen=True)
@@ -42,22 +42,14 @@ EVAL_SPEC = StageSpec(n_colors=216, n_shapes=216, n_items=32, min_pairs=2, max_p
 @torch.no_grad()
 def evaluate(model: Transformer, cfg: EvalConfig, device="cpu", precision: str = "fp32") -> pd.DataFrame:
     """One row per number of objects: n_objects, correct, n_prompts, accuracy, in_distribution."""
-    was_training = model.training
-    model.eval()
     rows = []
     for n in range(cfg.min_objects, cfg.max_objects + 1):
         rng = np.random.default_rng([cfg.seed, n])
-        correct, left = 0, cfg.prompts_per_length
-        while left:
-            size = min(left, cfg.batch_size)
-            batch = generate(EVAL_SPEC, size, rng, n_pairs=n, task=RETRIEVAL, query_by=BY_COLOR, noise=False)
-            pred = answer_logits(model, batch, device, precision).argmax(-1).cpu().numpy()
-            correct += int((pred == batch.target).sum())
-            left -= size
-        rows.append({"n_objects": n, "correct": correct, "n_prompts": cfg.prompts_per_length,
-                     "accuracy": correct / cfg.prompts_per_length,
+        batches = (generate(EVAL_SPEC, size, rng, n_pairs=n, task=RETRIEVAL, query_by=BY_COLOR, noise=False)
+                   for size in batch_sizes(cfg.prompts_per_length, cfg.batch_size))
+        correct, total = count_correct(model, batches, device, precision)
+        rows.append({"n_objects": n, "correct": correct, "n_prompts": total, "accuracy": correct / total,
                      "in_distribution": n <= cfg.train_max_objects})
-    model.train(was_training)
     return pd.DataFrame(rows)
 
 

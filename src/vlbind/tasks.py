@@ -191,6 +191,11 @@ def generate(spec: StageSpec, batch_size: int, rng: np.random.Generator, *, n_pa
     return _materialize(batch, length, vocab) if materialize_noise else batch
 
 
+def batch_sizes(total: int, size: int) -> list[int]:
+    """Split `total` prompts into batches of `size`, the last one smaller if needed."""
+    return [size] * (total // size) + ([total % size] if total % size else [])
+
+
 def _distinct(rng: np.random.Generator, B: int, K: int, P: int) -> np.ndarray:
     """(B, P) indices in 0..K-1, distinct within each row."""
     if P > K:

@@ -16,7 +16,7 @@ import json
 import logging
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -29,7 +29,7 @@ from . import __version__
 from .checkpoint import load_optimizer_tensors, load_tensors, optimizer_tensors, save_model, save_tensors
 from .model import Transformer
 from .settings import from_dict
-from .tasks import Batch, StageSpec, generate
+from .tasks import Batch, StageSpec, batch_sizes, generate
 
 log = logging.getLogger(__name__)
 RESUME_FILE = "resume.safetensors"
@@ -95,23 +95,30 @@ def autocast(device, precision: str):
 
 
 @torch.no_grad()
-def accuracy(model: Transformer, batches: list[Batch], device, precision: str = "fp32") -> float:
+def count_correct(model: Transformer, batches: Iterable[Batch], device, precision: str = "fp32") -> tuple[int, int]:
+    """(argmax at [ANSWER] == target, prompts) over `batches`, in eval mode; the model's mode is restored."""
     was_training = model.training
     model.eval()
     hits = total = 0
-    for b in batches:
-        pred = answer_logits(model, b, device, precision).argmax(-1).cpu().numpy()
-        hits += int((pred == b.target).sum())
-        total += len(b)
-    model.train(was_training)
+    try:
+        for b in batches:
+            pred = answer_logits(model, b, device, precision).argmax(-1).cpu().numpy()
+            hits += int((pred == b.target).sum())
+            total += len(b)
+    finally:
+        model.train(was_training)
+    return hits, total
+
+
+def accuracy(model: Transformer, batches: Iterable[Batch], device, precision: str = "fp32") -> float:
+    hits, total = count_correct(model, batches, device, precision)
     return hits / total
 
 
 def validation_set(spec: StageSpec, cfg: TrainConfig, chunk: int = 256) -> list[Batch]:
     """A fixed validation set, drawn from its own RNG stream so it never overlaps the training stream's state."""
     rng = np.random.default_rng([cfg.seed, 0xA11D])
-    sizes = [chunk] * (cfg.val_size // chunk) + ([cfg.val_size % chunk] if cfg.val_size % chunk else [])
-    return [generate(spec, s, rng) for s in sizes]
+    return [generate(spec, s, rng) for s in batch_sizes(cfg.val_size, chunk)]
 
 
 def fingerprint(*parts) -> str:
