@@ -8,6 +8,7 @@ configfile: "config/config.yaml"
 
 
 include: "workflow/rules/common.smk"
+include: "workflow/rules/vision.smk"
 include: "workflow/rules/train.smk"
 include: "workflow/rules/evaluate.smk"
 include: "workflow/rules/figures.smk"
@@ -17,6 +18,7 @@ rule all:
     default_target: True
     input:
         rules.fig3.output.pdf,
+        rules.fig7.output.pdf,
         rules.fig8.output.pdf,
         rules.ood_table.output.csv,
         rules.training_table.output.csv,

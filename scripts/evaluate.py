@@ -1,12 +1,15 @@
-"""Snakemake adapter: accuracy by number of objects for one trained model -> tidy parquet."""
+"""Snakemake adapter: accuracy by number of objects for one trained model -> tidy parquet, with the run's
+divergence verdict (from the training curves of its whole lineage)."""
 from pathlib import Path
 
+import pandas as pd
 import torch
 
 from vlbind import config as vlconfig
-from vlbind.checkpoint import atomic_write, load_model
+from vlbind.checkpoint import load_model
 from vlbind.cli import setup_logging
-from vlbind.evaluate import EvalConfig, evaluate, ood_average
+from vlbind.evaluate import EvalConfig, divergence, evaluate, ood_average
+from vlbind.files import atomic_write
 
 sm = snakemake  # noqa: F821
 log = setup_logging(sm.log[0])
@@ -17,5 +20,9 @@ table = evaluate(model, EvalConfig(**sm.params.evaluate), device, vlconfig.preci
 table.insert(0, "run", sm.wildcards.run)
 table.insert(0, "variant", sm.wildcards.variant)
 table["seed"] = meta["train_config"]["seed"]
+curves = {Path(p).parent.name: pd.read_parquet(p) for p in sm.input.curves}
+why = divergence(curves, sm.params.divergence["collapse_drop"])
+table["diverged"], table["divergence"] = why is not None, why or ""
 atomic_write(Path(sm.output.table), lambda tmp: table.to_parquet(tmp, index=False))
-log.info("%s %s: OOD average %.4f\n%s", sm.wildcards.variant, sm.wildcards.run, ood_average(table), table.to_string())
+log.info("%s %s: OOD average %.4f%s\n%s", sm.wildcards.variant, sm.wildcards.run, ood_average(table),
+         f" (DIVERGED: {why})" if why else "", table.to_string())

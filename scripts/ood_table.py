@@ -1,6 +1,6 @@
 """Snakemake adapter: OOD averages per variant (mean and SE over runs) as CSV."""
 from vlbind import figures
-from vlbind.checkpoint import atomic_write
+from vlbind.files import atomic_write
 from vlbind.cli import setup_logging
 
 sm = snakemake  # noqa: F821

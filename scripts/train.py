@@ -4,6 +4,7 @@ from pathlib import Path
 import torch
 
 from vlbind import config as vlconfig
+from vlbind.bank import ImageBank
 from vlbind.checkpoint import load_model
 from vlbind.cli import setup_logging
 from vlbind.model import ModelConfig, Transformer
@@ -16,10 +17,16 @@ torch.set_num_threads(sm.threads)
 params, seed = sm.params.stage, int(sm.wildcards.seed)
 device = vlconfig.resolve_device(sm.params.device)
 torch.manual_seed(seed)
-if sm.input.parent:
-    model, _ = load_model(Path(sm.input.parent[0]).parent, device)
+parent = str(Path(sm.input.parent[0]).parent) if sm.input.parent else None
+if parent:
+    model, _ = load_model(parent, device)
 else:
     model = Transformer(ModelConfig(**params["model"]))
+bank = None
+if sm.input.get("features"):
+    features, objects = sm.input.features
+    bank = ImageBank.open(Path(objects).parent, features)
+if "projector" in params:  # the first image stage gives the text model its visual projector
+    model.attach_projector(bank.dim, params["projector"]["mult"], params["projector"]["scale"])
 train_stage(model, StageSpec.from_dict(params["task"]), vlconfig.train_config(params["train"], seed, device),
-            Path(sm.output.model).parent, stage=params["stage"], device=device,
-            parent=str(Path(sm.input.parent[0]).parent) if sm.input.parent else None)
+            Path(sm.output.model).parent, stage=params["stage"], device=device, parent=parent, bank=bank)

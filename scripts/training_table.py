@@ -1,6 +1,6 @@
 """Snakemake adapter: steps, best validation accuracy, stop reason and wall time of every trained stage."""
 from vlbind import figures
-from vlbind.checkpoint import atomic_write
+from vlbind.files import atomic_write
 from vlbind.cli import setup_logging
 
 sm = snakemake  # noqa: F821

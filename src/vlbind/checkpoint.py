@@ -8,8 +8,6 @@ A model directory holds `model.safetensors` (weights; the constructor arguments 
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from pathlib import Path
 
 import pandas as pd
@@ -17,23 +15,10 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import save_file
 
+from .files import atomic_write
 from .model import ModelConfig, Transformer
 
 MODEL_FILE, META_FILE, METRICS_FILE = "model.safetensors", "meta.json", "metrics.parquet"
-
-
-def atomic_write(path: Path, write) -> None:
-    """Call write(tmp_path) and move the result onto `path` in one step, so readers never see half a file."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    os.close(fd)
-    try:
-        write(tmp)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def save_tensors(path: Path, tensors: dict[str, torch.Tensor], metadata: dict) -> None:

@@ -11,13 +11,19 @@ import yaml
 
 SCHEMA_PATH = Path(__file__).with_name("config.schema.yaml")
 
-# The DAG of the text arm (paper, appendix D.3-D.4): each stage starts from its parent's checkpoint.
+# The training DAG (paper, appendix D.3-D.7): each stage starts from its parent's checkpoint.
 STAGE_PARENTS: dict[str, str | None] = {
     "text_s1": None, "text_s2": "text_s1", "text_s3": "text_s2", "text_s4": "text_s3",
-    "text_s5": "text_s4", "noise_text": "text_s5",
+    "text_s5": "text_s4", "noise_text": "text_s5", "grounding": "noise_text",
+    "image": "grounding", "mixed": "image", "image_text": "mixed", "noise_image_text": "image_text",
 }
+# Stages that depend on an image encoder live in run `seed{S}-{encoder}`; the rest in run `seed{S}`.
+# grounding (D.5) is text-only, so it is trained once per seed and shared by every encoder's run.
+VISION_STAGES = ("image", "mixed", "image_text", "noise_image_text")
+TEXT_STAGES = tuple(s for s in STAGE_PARENTS if s not in VISION_STAGES)
 # Paper variant name -> the stage whose checkpoint it is.
-VARIANT_STAGE = {"text_only": "text_s5", "noise_text": "noise_text"}
+VARIANT_STAGE = {"text_only": "text_s5", "noise_text": "noise_text", "image_text": "image_text",
+                 "noise_image_text": "noise_image_text"}
 
 
 class ConfigError(ValueError):
@@ -48,6 +54,14 @@ def validate(config: dict) -> dict:
     missing = set(STAGE_PARENTS) - set(config["stages"])
     if missing:
         raise ConfigError(f"invalid config at 'stages': missing stages {sorted(missing)}")
+    unknown = set(config["vision"]["encoders"]) - set(config["encoders"])
+    if unknown:
+        raise ConfigError(f"invalid config at 'vision.encoders': {sorted(unknown)} not defined under 'encoders' "
+                          f"(defined: {sorted(config['encoders'])})")
+    for name, stage in config["stages"].items():
+        if stage["task"].get("image_fraction", 0.0) > 0 and name not in VISION_STAGES:
+            raise ConfigError(f"invalid config at 'stages.{name}.task.image_fraction': only the stages "
+                              f"{list(VISION_STAGES)} may use image contexts")
     ev = config["evaluate"]
     if ev["min_objects"] > ev["max_objects"]:
         raise ConfigError("invalid config at 'evaluate': min_objects > max_objects")
@@ -65,10 +79,11 @@ def load(paths: list[str | Path]) -> dict:
     return validate(config)
 
 
-def stage_params(config: dict, stage: str) -> dict:
-    """Everything that determines one stage's training: its task, its merged train settings and,
-    for the first stage, the model architecture. Passed as a rule's params, so a change reruns
-    exactly this stage and its descendants."""
+def stage_params(config: dict, stage: str, encoder: str | None = None) -> dict:
+    """Everything that determines one stage's training: its task, its merged train settings, for the
+    first stage the model architecture, for the first image stage the projector, and for stages that
+    read image features the encoder. Passed as a rule's params, so a change reruns exactly this stage
+    and its descendants."""
     if stage not in STAGE_PARENTS:
         raise ConfigError(f"unknown stage {stage!r}; valid: {sorted(STAGE_PARENTS)}")
     section = config["stages"][stage]
@@ -76,7 +91,47 @@ def stage_params(config: dict, stage: str) -> dict:
     params = {"stage": stage, "parent": STAGE_PARENTS[stage], "task": dict(section["task"]), "train": train}
     if STAGE_PARENTS[stage] is None:
         params["model"] = dict(config["model"])
+    if stage == VISION_STAGES[0]:
+        params["projector"] = dict(config["projector"])
+    if uses_images(config, stage):
+        params["encoder"] = encoder_spec(config, encoder)
     return params
+
+
+def uses_images(config: dict, stage: str) -> bool:
+    return config["stages"][stage]["task"].get("image_fraction", 0.0) > 0
+
+
+def encoder_spec(config: dict, name: str) -> dict:
+    if name not in config["encoders"]:
+        raise ConfigError(f"unknown encoder {name!r}; configured under 'encoders': {sorted(config['encoders'])}")
+    return dict(config["encoders"][name])
+
+
+def run_name(seed: int, stage: str, encoder: str | None = None) -> str:
+    """The run directory a stage's checkpoint lives in: seed{S} or, for vision stages, seed{S}-{encoder}."""
+    return f"seed{seed}-{encoder}" if stage in VISION_STAGES else f"seed{seed}"
+
+
+def lineage(stage: str) -> list[str]:
+    """The stages from text_s1 to `stage`, in training order."""
+    chain = [stage]
+    while STAGE_PARENTS[chain[-1]] is not None:
+        chain.append(STAGE_PARENTS[chain[-1]])
+    return chain[::-1]
+
+
+def variant_runs(config: dict, variant: str) -> list[str]:
+    """Run ids of a variant: one per seed, or per seed and encoder for image-trained variants."""
+    if VARIANT_STAGE[variant] in VISION_STAGES:
+        return [f"seed{s}-{e}" for s in config["seeds"] for e in config["vision"]["encoders"]]
+    return [f"seed{s}" for s in config["seeds"]]
+
+
+def parse_run(run: str) -> tuple[int, str | None]:
+    """'seed3-vit_b16' -> (3, 'vit_b16'); 'seed3' -> (3, None)."""
+    head, _, encoder = run.partition("-")
+    return int(head.removeprefix("seed")), encoder or None
 
 
 def resolve_device(name: str) -> str:

@@ -53,6 +53,25 @@ def evaluate(model: Transformer, cfg: EvalConfig, device="cpu", precision: str =
     return pd.DataFrame(rows)
 
 
+def divergence(curves: dict[str, pd.DataFrame], collapse_drop: float) -> str | None:
+    """Why a run counts as diverged, or None, from the training curves (metrics.parquet) of every stage in
+    its lineage, in training order: the first stage with a non-finite training loss, or whose last
+    validation accuracy lies more than `collapse_drop` below its best. Such runs are marked in the
+    result tables and left out of means (fig3, OOD table), as the paper leaves out its one divergent run."""
+    for stage, curve in curves.items():
+        if curve.empty:
+            continue
+        bad = curve[~curve["finite"]]
+        if len(bad):
+            return f"{stage}: non-finite loss by step {int(bad['step'].iloc[0])}"
+        best = curve.loc[curve["val_accuracy"].idxmax()]
+        last = curve.iloc[-1]
+        if last["val_accuracy"] < best["val_accuracy"] - collapse_drop:
+            return (f"{stage}: validation accuracy collapsed from {best['val_accuracy']:.3f} (step {int(best['step'])}) "
+                    f"to {last['val_accuracy']:.3f} (step {int(last['step'])})")
+    return None
+
+
 def ood_average(table: pd.DataFrame) -> float:
     """Mean accuracy over out-of-distribution lengths (each length weighted equally), for one run."""
     ood = table.loc[~table["in_distribution"], "accuracy"]

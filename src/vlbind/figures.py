@@ -2,7 +2,9 @@
 
 fig3: text-modality accuracy vs number of objects, mean +- standard error over runs per variant, the
 training range shaded, each variant's OOD average (mean over runs of the per-run OOD average) in the legend.
-fig8: one panel per variant with every run drawn individually (appendix E).
+Runs marked diverged by the evaluation (evaluate.divergence) are left out of means and counted in the legend.
+fig7: example renderings from the image bank.
+fig8: one panel per variant with every run drawn individually (appendix E), diverged runs dashed.
 """
 
 from __future__ import annotations
@@ -31,11 +33,19 @@ def read_eval_tables(paths: list[str | Path]) -> pd.DataFrame:
     return pd.concat(frames, ignore_index=True)
 
 
+def converged(df: pd.DataFrame) -> pd.DataFrame:
+    """The rows of runs not marked diverged (tables written before the divergence rule count as converged)."""
+    return df[~df["diverged"]] if "diverged" in df else df
+
+
 def ood_summary(df: pd.DataFrame) -> pd.DataFrame:
-    """Per variant: runs, mean and standard error of the per-run OOD averages."""
-    per_run = df.groupby(["variant", "run"]).apply(ood_average, include_groups=False).rename("ood").reset_index()
+    """Per variant: runs used, runs left out as diverged, mean and standard error of the per-run OOD averages."""
+    excluded = df.groupby("variant")["run"].nunique() - converged(df).groupby("variant")["run"].nunique()
+    per_run = (converged(df).groupby(["variant", "run"]).apply(ood_average, include_groups=False)
+               .rename("ood").reset_index())
     g = per_run.groupby("variant")["ood"]
     out = pd.DataFrame({"runs": g.size(), "ood_mean": g.mean(), "ood_se": g.std(ddof=1) / np.sqrt(g.size())})
+    out["diverged_runs"] = excluded.reindex(out.index).fillna(0).astype(int)
     return out.reindex([v for v in VARIANT_ORDER if v in out.index] + [v for v in out.index if v not in VARIANT_ORDER])
 
 
@@ -67,13 +77,15 @@ def fig3(df: pd.DataFrame, path: str | Path, note: str = "") -> None:
     summary = ood_summary(df)
     fig, ax = plt.subplots(figsize=(6.4, 4.0))
     _train_range(ax, df)
-    for v in _variants(df):
-        d = df[df["variant"] == v].groupby("n_objects")["accuracy"]
+    used = converged(df)
+    for v in _variants(used):
+        d = used[used["variant"] == v].groupby("n_objects")["accuracy"]
         mean, n = d.mean(), d.size()
         se = (d.std(ddof=1) / np.sqrt(n)).fillna(0.0)
         s = summary.loc[v]
         se_text = f" ± {100 * s.ood_se:.1f}" if s.runs > 1 else ""
-        label = f"{v} (OOD {100 * s.ood_mean:.1f}%{se_text}, {int(s.runs)} runs)"
+        left_out = f", {s.diverged_runs} diverged left out" if s.diverged_runs else ""
+        label = f"{v} (OOD {100 * s.ood_mean:.1f}%{se_text}, {int(s.runs)} runs{left_out})"
         color = VARIANT_COLORS.get(v)
         ax.plot(mean.index, mean.values, marker="o", ms=3, color=color, label=label)
         ax.fill_between(mean.index, mean - se, mean + se, color=color, alpha=0.25, lw=0)
@@ -92,13 +104,35 @@ def fig8(df: pd.DataFrame, path: str | Path, note: str = "") -> None:
         _train_range(ax, df)
         d = df[df["variant"] == v]
         for run, r in d.groupby("run"):
-            label = f"{run} (OOD {100 * ood_average(r):.1f}%)"
-            ax.plot(r["n_objects"], r["accuracy"], marker="o", ms=2, lw=1, label=label)
+            diverged = bool(r["diverged"].iloc[0]) if "diverged" in r else False
+            label = f"{run} (OOD {100 * ood_average(r):.1f}%{', diverged' if diverged else ''})"
+            ax.plot(r["n_objects"], r["accuracy"], marker="o", ms=2, lw=1, ls="--" if diverged else "-", label=label)
         ax.set(title=v, xlabel="number of objects", ylim=(0, 1.02))
         ax.legend(fontsize=6, loc="lower left")
     axes[0][0].set_ylabel("accuracy")
     if note:
         fig.suptitle(note, fontsize=9)
+    _save(fig, path)
+
+
+def fig7(objects: pd.DataFrame, image_dir: Path, path: str | Path, n: int = 24, seed: int = 0) -> None:
+    """A sheet of `n` example images of the bank, each titled with its objects' tokens and shapes."""
+    from .render import load_image
+
+    rng = np.random.default_rng(seed)
+    images = rng.choice(objects["image"].unique(), size=min(n, objects["image"].nunique()), replace=False)
+    cols = 6
+    rows = -(-len(images) // cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(1.8 * cols, 2.0 * rows), squeeze=False)
+    for ax in axes.flat:
+        ax.axis("off")
+    for ax, image in zip(axes.flat, sorted(images)):
+        ax.axis("on")
+        ax.set(xticks=[], yticks=[])  # keep the frame: it marks the image's bounds
+        ax.imshow(load_image(image_dir, image))
+        o = objects[objects["image"] == image]
+        ax.set_title("\n".join(f"color{r.color:04d} {r.shape_name}" for r in o.itertuples()), fontsize=5)
+    fig.suptitle(f"Rendered context images ({len(objects['image'].unique())} in the bank)", fontsize=9)
     _save(fig, path)
 
 

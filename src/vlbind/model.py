@@ -20,7 +20,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterable
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 import torch
 import torch.nn as nn
@@ -39,6 +39,11 @@ class ModelConfig:
     rope_base: float = 10000.0  # lost from the paper's text; our assumption (the RoFormer default)
     max_positions: int = 8192  # longest RoPE position id (noise jumps included)
     init_std: float | None = None  # weight init std; None: 1/sqrt(d_model) (our assumption, see reset_parameters)
+    # Visual projector (D.6); image_dim None = a text-only model. Multiplier and scale are lost from the
+    # paper's text: our assumptions (config `projector`).
+    image_dim: int | None = None  # feature size of the encoder's patch tokens
+    projector_mult: float = 2.0  # hidden width = projector_mult * image_dim
+    projector_scale: float | None = None  # output scale; None: 1/sqrt(d_model), the norm of a token embedding
 
     def __post_init__(self) -> None:
         if self.d_model % self.n_heads or (self.d_model // self.n_heads) % 2:
@@ -109,6 +114,21 @@ class MLP(nn.Module):
         return self.down(F.gelu(self.up(x)))
 
 
+class Projector(nn.Module):
+    """D.6: LayerNorm -> 3-layer GELU MLP -> LayerNorm -> scale; one output token per input patch."""
+
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        dim, hidden = cfg.image_dim, max(1, round(cfg.projector_mult * cfg.image_dim))
+        self.ln_in, self.ln_out = nn.LayerNorm(dim), nn.LayerNorm(cfg.d_model)
+        self.fc1, self.fc2, self.fc3 = nn.Linear(dim, hidden), nn.Linear(hidden, hidden), nn.Linear(hidden, cfg.d_model)
+        self.scale = cfg.projector_scale if cfg.projector_scale is not None else cfg.d_model ** -0.5
+
+    def forward(self, features: torch.Tensor) -> torch.Tensor:
+        h = F.gelu(self.fc2(F.gelu(self.fc1(self.ln_in(features)))))
+        return self.ln_out(self.fc3(h)) * self.scale
+
+
 class Block(nn.Module):
     def __init__(self, cfg: ModelConfig) -> None:
         super().__init__()
@@ -131,6 +151,7 @@ class Transformer(nn.Module):
         self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layers))
         self.ln_f = nn.LayerNorm(cfg.d_model)
         self.unembed = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
+        self.projector = Projector(cfg) if cfg.image_dim is not None else None
         d_head = cfg.d_model // cfg.n_heads
         inv_freq = cfg.rope_base ** (-torch.arange(0, d_head, 2, dtype=torch.float64) / d_head)
         angles = torch.arange(cfg.max_positions, dtype=torch.float64)[:, None] * inv_freq[None, :]
@@ -149,13 +170,25 @@ class Transformer(nn.Module):
         """
         std = self.cfg.init_std if self.cfg.init_std is not None else self.cfg.d_model ** -0.5
         for name, p in self.named_parameters():
-            if p.dim() == 2:
+            if p.dim() == 2 and not name.startswith("projector."):  # the projector keeps PyTorch's init
                 residual_out = name.endswith(("attn.out.weight", "mlp.down.weight"))
                 scale = 1 / math.sqrt(2 * self.cfg.n_layers) if residual_out else 1.0
                 nn.init.normal_(p, std=std * scale)
 
-    def residual(self, tokens: torch.Tensor, positions: torch.Tensor | None = None) -> torch.Tensor:
-        """Residual stream after the last block, (B, T, d_model). positions default to 0..T-1."""
+    def attach_projector(self, image_dim: int, mult: float = 2.0, scale: float | None = None) -> Transformer:
+        """Give a text model a fresh visual projector (the start of image training); weights stay as they are."""
+        self.cfg = replace(self.cfg, image_dim=image_dim, projector_mult=mult, projector_scale=scale)
+        device = self.embed.weight.device
+        self.projector = Projector(self.cfg).to(device)
+        return self
+
+    def residual(self, tokens: torch.Tensor, positions: torch.Tensor | None = None,
+                 images: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
+        """Residual stream after the last block, (B, T, d_model). positions default to 0..T-1.
+
+        images = (mask (B, T) bool, features (M, image_dim)): the projected features replace the
+        embeddings of the M positions where mask is True, in row-major order.
+        """
         B, T = tokens.shape
         if positions is None:
             positions = torch.arange(T, device=tokens.device).expand(B, T)
@@ -164,6 +197,11 @@ class Transformer(nn.Module):
             raise ValueError(f"position id {top} exceeds ModelConfig.max_positions={self.cfg.max_positions}")
         cis = self.rope_cis[positions][:, :, None, None]  # (B, T, 1, 1, Dh/2): broadcast over q/k and heads
         x = self.embed(tokens)
+        if images is not None:
+            mask, features = images
+            if self.projector is None:
+                raise ValueError("image tokens given to a text-only model; attach_projector() first")
+            x = x.index_put((mask,), self.projector(features.to(x.dtype)))
         for block in self.blocks:
             x = block(x, cis)
         return x
@@ -171,9 +209,10 @@ class Transformer(nn.Module):
     def logits(self, resid: torch.Tensor) -> torch.Tensor:
         return self.unembed(self.ln_f(resid))
 
-    def forward(self, tokens: torch.Tensor, positions: torch.Tensor | None = None) -> torch.Tensor:
+    def forward(self, tokens: torch.Tensor, positions: torch.Tensor | None = None,
+                images: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
         """Logits for every position, (B, T, vocab_size)."""
-        return self.logits(self.residual(tokens, positions))
+        return self.logits(self.residual(tokens, positions, images))
 
     # --- hook API -------------------------------------------------------------------------------
     def hook_points(self) -> dict[str, HookPoint]:

@@ -23,13 +23,17 @@ Everything is vectorised over the batch with numpy; randomness comes only from t
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from enum import IntEnum
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from .settings import from_dict
 from .vocab import VOCAB, Vocab
+
+if TYPE_CHECKING:
+    from .bank import ImageBank
 
 
 class Role(IntEnum):
@@ -44,10 +48,12 @@ class Role(IntEnum):
     QUERY = 8  # the queried attribute after [QUESTION]
     ANSWER = 9
     NOISE = 10
+    CONTEXT_IMAGE = 11  # an image patch token; its slot is the object it shows (-1: background)
 
 
 RETRIEVAL, GROUNDING = 0, 1
 BY_COLOR, BY_SHAPE = 0, 1
+TEXT, IMAGE = 0, 1  # modality of a prompt's context
 
 
 @dataclass(frozen=True)
@@ -67,6 +73,7 @@ class StageSpec:
     symmetric_fraction: float = 0.0  # share queried by shape (items then sit on colors)
     noise_tokens: int = 0  # unattendable noise tokens between consecutive context pairs
     noise_fraction: float = 1.0  # share of prompts that carry noise when noise_tokens > 0
+    image_fraction: float = 0.0  # share of prompts whose context is images (D.6: 1.0, D.7 mixed: 0.2)
 
     def __post_init__(self) -> None:
         limits = {"n_colors": VOCAB.n_colors, "n_shapes": VOCAB.n_shapes, "n_items": VOCAB.n_items}
@@ -80,7 +87,7 @@ class StageSpec:
             if getattr(self, key) < self.max_pairs:
                 raise ValueError(f"StageSpec.{key}={getattr(self, key)} is smaller than max_pairs={self.max_pairs}: "
                                  "objects in a prompt need distinct tokens")
-        for key in ("grounding_fraction", "symmetric_fraction", "noise_fraction"):
+        for key in ("grounding_fraction", "symmetric_fraction", "noise_fraction", "image_fraction"):
             if not 0.0 <= getattr(self, key) <= 1.0:
                 raise ValueError(f"StageSpec.{key}={getattr(self, key)} must lie in [0, 1]")
         if self.noise_tokens < 0:
@@ -98,7 +105,7 @@ class StageSpec:
 class Batch:
     """A batch of prompts. Arrays are numpy; (B, T) arrays are right-padded with [PAD] / Role.PAD."""
 
-    tokens: np.ndarray  # (B, T) int64
+    tokens: np.ndarray  # (B, T) int64; [IMAGE] at image patch positions
     positions: np.ndarray  # (B, T) int64 RoPE position ids
     roles: np.ndarray  # (B, T) int8, Role
     slots: np.ndarray  # (B, T) int8, object slot a position refers to, -1 for none
@@ -113,6 +120,9 @@ class Batch:
     task: np.ndarray  # (B,) RETRIEVAL or GROUNDING
     query_by: np.ndarray  # (B,) BY_COLOR or BY_SHAPE
     noise: np.ndarray  # (B,) noise tokens per gap between context pairs
+    modality: np.ndarray  # (B,) TEXT or IMAGE context
+    image_ids: np.ndarray  # (B, T) int64 image-bank row shown at a position, -1 for text positions
+    patches: np.ndarray  # (B, T) int64 patch index within that image, -1 for text positions
 
     def __len__(self) -> int:
         return len(self.target)
@@ -120,11 +130,16 @@ class Batch:
 
 def generate(spec: StageSpec, batch_size: int, rng: np.random.Generator, *, n_pairs: int | None = None,
              task: int | None = None, query_by: int | None = None, noise: bool | None = None,
-             materialize_noise: bool = False, vocab: Vocab = VOCAB) -> Batch:
+             modality: int | None = None, bank: ImageBank | None = None, materialize_noise: bool = False,
+             vocab: Vocab = VOCAB) -> Batch:
     """Sample `batch_size` prompts from `spec`.
 
     Keyword overrides fix what is otherwise random: the number of objects (may exceed max_pairs, for
-    evaluation), the task, the query direction and whether noise is inserted.
+    evaluation), the task, the query direction, whether noise is inserted and the context's modality.
+    Image contexts (appendix C) replace the context pairs by the patch tokens of images from `bank`: one
+    image per object (per_object layout) or one canvas holding every object (canvas layout, which then
+    decides the prompt's colors and shapes); association list and query stay text. Image contexts carry
+    no noise.
     """
     B, P = batch_size, spec.max_pairs if n_pairs is None else n_pairs
     if n_pairs is None:
@@ -134,12 +149,10 @@ def generate(spec: StageSpec, batch_size: int, rng: np.random.Generator, *, n_pa
             if getattr(spec, key) < n_pairs:
                 raise ValueError(f"n_pairs={n_pairs} needs {key} >= {n_pairs}, spec has {getattr(spec, key)}")
         n = np.full(B, n_pairs)
-    colors = vocab.color_offset + _distinct(rng, B, spec.n_colors, P)
-    shapes = vocab.shape_offset + _distinct(rng, B, spec.n_shapes, P)
+    color_idx = _distinct(rng, B, spec.n_colors, P)
+    shape_idx = _distinct(rng, B, spec.n_shapes, P)
     items = vocab.item_offset + _distinct(rng, B, spec.n_items, P)
     valid = np.arange(P)[None, :] < n[:, None]
-    for a in (colors, shapes, items):
-        a[~valid] = -1
     if spec.shuffle:
         keys = np.where(valid, rng.random((B, P)), 2.0)
         order = np.argsort(keys, axis=1, kind="stable")
@@ -150,26 +163,63 @@ def generate(spec: StageSpec, batch_size: int, rng: np.random.Generator, *, n_pa
     task_ = _choice(rng, B, spec.grounding_fraction, task, GROUNDING, RETRIEVAL)
     by = _choice(rng, B, spec.symmetric_fraction, query_by, BY_SHAPE, BY_COLOR)
     noisy = rng.random(B) < spec.noise_fraction if noise is None else np.full(B, bool(noise))
-    gap = np.where(noisy, spec.noise_tokens, 0)
+    if modality is None and spec.image_fraction == 0:
+        modal = np.full(B, TEXT, dtype=np.int64)  # draws nothing: text stages keep their random stream
+    else:
+        modal = _choice(rng, B, spec.image_fraction, modality, IMAGE, TEXT)
+    pictured = modal == IMAGE
+    if pictured.any() and bank is None:
+        raise ValueError("image-context prompts (image_fraction > 0 or modality=IMAGE) need an image bank")
+    gap = np.where(noisy & ~pictured, spec.noise_tokens, 0)
 
-    length = np.where(task_ == RETRIEVAL, 5 * n + 3, 2 * n + 4)
+    K = bank.tokens_per_image if bank is not None else 0
+    picture = np.full((B, P), -1, dtype=np.int64)  # image per slot (per_object) or per prompt (column 0, canvas)
+    if pictured.any() and bank.layout == "canvas":
+        canvases = bank.sample_canvases(n[pictured], rng)
+        picture[pictured, 0] = canvases
+        color_idx[pictured] = bank.canvas_colors[canvases, :P]
+        shape_idx[pictured] = bank.canvas_shapes[canvases, :P]
+    elif pictured.any():
+        picture[pictured] = bank.sample_object_images(np.where(valid, color_idx, -1)[pictured],
+                                                      np.where(valid, shape_idx, -1)[pictured], rng)
+    colors = np.where(valid, vocab.color_offset + color_idx, -1)
+    shapes = np.where(valid, vocab.shape_offset + shape_idx, -1)
+    items[~valid] = -1
+    if bank is not None and bank.layout == "canvas":
+        ctx = np.where(pictured, K, 2 * n)
+    else:
+        ctx = np.where(pictured, K * n, 2 * n)
+
+    length = np.where(task_ == RETRIEVAL, ctx + 3 * n + 3, ctx + 4)
     T = int(length.max())
     rows = np.arange(B)
     tokens = np.full((B, T), vocab.pad, dtype=np.int64)
     roles = np.full((B, T), Role.PAD, dtype=np.int8)
     slots = np.full((B, T), -1, dtype=np.int8)
+    image_ids = np.full((B, T), -1, dtype=np.int64)
+    patches = np.full((B, T), -1, dtype=np.int64)
 
     def put(r, t, tok, role, slot=-1):
         tokens[r, t], roles[r, t], slots[r, t] = tok, role, slot
 
-    r, p = np.nonzero(valid)
+    r, p = np.nonzero(valid & ~pictured[:, None])
     put(r, 2 * p, colors[r, p], Role.CONTEXT_COLOR, p)
     put(r, 2 * p + 1, shapes[r, p], Role.CONTEXT_SHAPE, p)
-    put(rows, 2 * n, vocab.context_end, Role.CONTEXT_END)
+    if pictured.any():
+        r, t = np.nonzero(pictured[:, None] & (np.arange(T)[None, :] < ctx[:, None]))
+        if bank.layout == "canvas":
+            image, patch = picture[r, 0], t
+            slot = bank.patch_slot[image, patch]
+        else:
+            slot, patch = t // K, t % K
+            image = picture[r, slot]
+        put(r, t, vocab.image, Role.CONTEXT_IMAGE, slot)
+        image_ids[r, t], patches[r, t] = image, patch
+    put(rows, ctx, vocab.context_end, Role.CONTEXT_END)
 
     r, j = np.nonzero(valid & (task_ == RETRIEVAL)[:, None])
     s = order[r, j]
-    start = 2 * n[r] + 1 + 3 * j
+    start = ctx[r] + 1 + 3 * j
     key = np.where(by[r] == BY_COLOR, shapes[r, s], colors[r, s])
     put(r, start, key, Role.ASSOCIATION_KEY, s)
     put(r, start + 1, items[r, s], Role.ASSOCIATION_ITEM, s)
@@ -187,7 +237,7 @@ def generate(spec: StageSpec, batch_size: int, rng: np.random.Generator, *, n_pa
     t = np.arange(T)[None, :]
     positions = t + gap[:, None] * np.minimum(t // 2, n[:, None] - 1)
     batch = Batch(tokens, positions, roles, slots, answer_pos, target, n, colors, shapes, items, order,
-                  query_slot, task_, by, gap)
+                  query_slot, task_, by, gap, modal, image_ids, patches)
     return _materialize(batch, length, vocab) if materialize_noise else batch
 
 
@@ -222,10 +272,12 @@ def _materialize(b: Batch, length: np.ndarray, vocab: Vocab) -> Batch:
     r, t = np.nonzero(real)
     dest = b.positions[r, t]
     tokens[r, dest], roles[r, dest], slots[r, dest] = b.tokens[r, t], b.roles[r, t], b.slots[r, t]
+    image_ids, patches = np.full((B, Tm), -1, dtype=np.int64), np.full((B, Tm), -1, dtype=np.int64)
+    image_ids[r, dest], patches[r, dest] = b.image_ids[r, t], b.patches[r, t]
     positions = np.broadcast_to(np.arange(Tm), (B, Tm)).copy()
     answer_pos = b.positions[np.arange(B), b.answer_pos]
-    return Batch(tokens, positions, roles, slots, answer_pos, b.target, b.n_pairs, b.colors, b.shapes,
-                 b.items, b.association_order, b.query_slot, b.task, b.query_by, b.noise)
+    return replace(b, tokens=tokens, positions=positions, roles=roles, slots=slots, answer_pos=answer_pos,
+                   image_ids=image_ids, patches=patches)
 
 
 def prompt_text(batch: Batch, i: int, vocab: Vocab = VOCAB) -> str:

@@ -19,6 +19,7 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
@@ -30,6 +31,9 @@ from .checkpoint import load_optimizer_tensors, load_tensors, optimizer_tensors,
 from .model import Transformer
 from .settings import from_dict
 from .tasks import Batch, StageSpec, batch_sizes, generate
+
+if TYPE_CHECKING:
+    from .bank import ImageBank
 
 log = logging.getLogger(__name__)
 RESUME_FILE = "resume.safetensors"
@@ -74,16 +78,26 @@ def lr_at(step: int, cfg: TrainConfig) -> float:
     return cfg.lr * min(1.0, step / max(1, cfg.warmup_steps))
 
 
-def to_torch(batch: Batch, device) -> tuple[torch.Tensor, torch.Tensor]:
-    return (torch.from_numpy(batch.tokens).to(device, non_blocking=True),
-            torch.from_numpy(batch.positions).to(device, non_blocking=True))
+def model_inputs(batch: Batch, device, bank: ImageBank | None = None):
+    """(tokens, positions, images) tensors for Transformer.residual; image features are read from `bank`."""
+    tokens = torch.from_numpy(batch.tokens).to(device, non_blocking=True)
+    positions = torch.from_numpy(batch.positions).to(device, non_blocking=True)
+    images = None
+    mask = batch.image_ids >= 0
+    if mask.any():
+        if bank is None:
+            raise ValueError("the batch holds image-context prompts but no image bank was given")
+        features = torch.from_numpy(bank.gather(batch.image_ids[mask], batch.patches[mask]))
+        images = (torch.from_numpy(mask).to(device), features.to(device, non_blocking=True))
+    return tokens, positions, images
 
 
-def answer_logits(model: Transformer, batch: Batch, device, precision: str = "fp32") -> torch.Tensor:
+def answer_logits(model: Transformer, batch: Batch, device, precision: str = "fp32",
+                  bank: ImageBank | None = None) -> torch.Tensor:
     """Logits at each prompt's [ANSWER] position, (B, vocab), float32. Unembeds only those positions."""
-    tokens, positions = to_torch(batch, device)
+    tokens, positions, images = model_inputs(batch, device, bank)
     with autocast(device, precision):
-        resid = model.residual(tokens, positions)
+        resid = model.residual(tokens, positions, images)
         rows = torch.arange(len(batch), device=resid.device)
         logits = model.logits(resid[rows, torch.from_numpy(batch.answer_pos).to(resid.device)])
     return logits.float()
@@ -95,14 +109,15 @@ def autocast(device, precision: str):
 
 
 @torch.no_grad()
-def count_correct(model: Transformer, batches: Iterable[Batch], device, precision: str = "fp32") -> tuple[int, int]:
+def count_correct(model: Transformer, batches: Iterable[Batch], device, precision: str = "fp32",
+                  bank: ImageBank | None = None) -> tuple[int, int]:
     """(argmax at [ANSWER] == target, prompts) over `batches`, in eval mode; the model's mode is restored."""
     was_training = model.training
     model.eval()
     hits = total = 0
     try:
         for b in batches:
-            pred = answer_logits(model, b, device, precision).argmax(-1).cpu().numpy()
+            pred = answer_logits(model, b, device, precision, bank).argmax(-1).cpu().numpy()
             hits += int((pred == b.target).sum())
             total += len(b)
     finally:
@@ -110,15 +125,16 @@ def count_correct(model: Transformer, batches: Iterable[Batch], device, precisio
     return hits, total
 
 
-def accuracy(model: Transformer, batches: Iterable[Batch], device, precision: str = "fp32") -> float:
-    hits, total = count_correct(model, batches, device, precision)
+def accuracy(model: Transformer, batches: Iterable[Batch], device, precision: str = "fp32",
+             bank: ImageBank | None = None) -> float:
+    hits, total = count_correct(model, batches, device, precision, bank)
     return hits / total
 
 
-def validation_set(spec: StageSpec, cfg: TrainConfig, chunk: int = 256) -> list[Batch]:
+def validation_set(spec: StageSpec, cfg: TrainConfig, chunk: int = 256, bank: ImageBank | None = None) -> list[Batch]:
     """A fixed validation set, drawn from its own RNG stream so it never overlaps the training stream's state."""
     rng = np.random.default_rng([cfg.seed, 0xA11D])
-    return [generate(spec, s, rng) for s in batch_sizes(cfg.val_size, chunk)]
+    return [generate(spec, s, rng, bank=bank) for s in batch_sizes(cfg.val_size, chunk)]
 
 
 def fingerprint(*parts) -> str:
@@ -126,17 +142,18 @@ def fingerprint(*parts) -> str:
 
 
 def train_stage(model: Transformer, spec: StageSpec, cfg: TrainConfig, out_dir: Path, *, stage: str,
-                device="cpu", parent: str | None = None,
+                device="cpu", parent: str | None = None, bank: ImageBank | None = None,
                 callback: Callable[[int], None] | None = None) -> dict:
-    """Train `model` in place on prompts from `spec`; write the stage's model directory; return its meta.
+    """Train `model` in place on prompts from `spec` (image contexts read from `bank`); write the stage's
+    model directory; return its meta.
 
-    `callback(step)` runs after every optimizer step (tests use it to simulate a kill).
+    `callback(step)` runs after every optimizer step (tests use it to simulate a kill or inject a NaN).
     """
     out_dir = Path(out_dir)
     model.to(device).train()
     opt = make_optimizer(model, cfg)
     rng = np.random.default_rng([cfg.seed, int(fingerprint(stage), 16) % (2**32)])
-    val = validation_set(spec, cfg)
+    val = validation_set(spec, cfg, bank=bank)
     key = fingerprint(stage, spec.to_dict(), asdict(cfg), model.cfg.to_dict(), parent,
                       _weights_digest(model))
     ckpt_every = math.ceil(cfg.checkpoint_every / cfg.eval_every) * cfg.eval_every
@@ -151,8 +168,8 @@ def train_stage(model: Transformer, spec: StageSpec, cfg: TrainConfig, out_dir: 
 
     t0, t_last, step_last, losses, reason = time.time(), time.time(), step, [], "max_steps"
     while step < cfg.max_steps:
-        batch = generate(spec, cfg.batch_size, rng)
-        logits = answer_logits(model, batch, device, cfg.precision)
+        batch = generate(spec, cfg.batch_size, rng, bank=bank)
+        logits = answer_logits(model, batch, device, cfg.precision, bank)
         loss = F.cross_entropy(logits, torch.from_numpy(batch.target).to(logits.device))
         opt.zero_grad(set_to_none=True)
         loss.backward()
@@ -166,7 +183,7 @@ def train_stage(model: Transformer, spec: StageSpec, cfg: TrainConfig, out_dir: 
             callback(step)
         if step % cfg.eval_every and step != cfg.max_steps:
             continue
-        acc = accuracy(model, val, device, cfg.precision)
+        acc = accuracy(model, val, device, cfg.precision, bank)
         now = time.time()
         rate = (step - step_last) / max(now - t_last, 1e-9)
         t_last, step_last = now, step

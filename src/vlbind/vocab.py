@@ -1,7 +1,8 @@
 """The token vocabulary of the indirect retrieval task and its text format (paper, appendix C).
 
 Ids are laid out in one fixed order so that a restricted stage ("the first 8 colors") is a prefix of
-each group: specials, then color0001..color0216, shape0001..shape0216, item0001..item0032.
+each group: specials, then color0001..color0216, shape0001..shape0216, item0001..item0032, then
+[IMAGE] (last, so adding it left every earlier id unchanged).
 Text shapes are symbols (216 of them, as in the curriculum's vocabulary expansion); the 13 renderable
 shapes of the image arm are the first 13.
 """
@@ -29,6 +30,7 @@ class Vocab:
         toks += [f"color{i + 1:04d}" for i in range(self.n_colors)]
         toks += [f"shape{i + 1:04d}" for i in range(self.n_shapes)]
         toks += [f"item{i + 1:04d}" for i in range(self.n_items)]
+        toks += ["[IMAGE]"]  # placeholder of an image patch token (the projector's output replaces it)
         object.__setattr__(self, "tokens", tuple(toks))
 
     # specials
@@ -50,6 +52,10 @@ class Vocab:
     @property
     def item_offset(self) -> int:
         return self.shape_offset + self.n_shapes
+
+    @property
+    def image(self) -> int:
+        return self.item_offset + self.n_items
 
     def __len__(self) -> int:
         return len(self.tokens)
@@ -84,8 +90,10 @@ class Vocab:
             return "color"
         if token_id < self.item_offset:
             return "shape"
-        if token_id < len(self):
+        if token_id < self.image:
             return "item"
+        if token_id == self.image:
+            return "special"
         raise ValueError(f"token id {token_id} is outside the vocabulary (size {len(self)})")
 
 

@@ -7,27 +7,58 @@ except vlconfig.ConfigError as e:
     raise WorkflowError(str(e)) from None
 
 SEEDS = config["seeds"]
-RUNS = [f"seed{s}" for s in SEEDS]
-TEXT_STAGES = list(vlconfig.STAGE_PARENTS)
-MODEL_DIR = "results/models/{run}/{stage}"
+ENCODERS = config["vision"]["encoders"]
+LAYOUT = config["render"]["layout"]
+BANK = f"results/banks/{LAYOUT}"
 
 
 wildcard_constraints:
-    run="seed[0-9]+",
     seed="[0-9]+",
-    stage="|".join(TEXT_STAGES),
+    run="seed[0-9]+(-[A-Za-z0-9_]+)?",
+    encoder="[A-Za-z0-9_]+",
+    layout="per_object|canvas",
     variant="|".join(vlconfig.VARIANT_STAGE),
+
+
+def model_dir(seed, stage, encoder=None):
+    return f"results/models/{vlconfig.run_name(seed, stage, encoder)}/{stage}"
 
 
 def parent_model(wildcards):
     parent = vlconfig.STAGE_PARENTS[wildcards.stage]
-    return [] if parent is None else [f"results/models/seed{wildcards.seed}/{parent}/model.safetensors"]
+    if parent is None:
+        return []
+    return [model_dir(wildcards.seed, parent, wildcards.get("encoder")) + "/model.safetensors"]
+
+
+def stage_features(wildcards):
+    """The feature bank a vision stage reads, if its prompts have image contexts."""
+    if not vlconfig.uses_images(config, wildcards.stage):
+        return []
+    return [f"results/features/{wildcards.encoder}/{LAYOUT}.npy", f"{BANK}/objects.parquet"]
 
 
 def variant_model(wildcards):
-    stage = vlconfig.VARIANT_STAGE[wildcards.variant]
-    return f"results/models/{wildcards.run}/{stage}/model.safetensors"
+    seed, encoder = vlconfig.parse_run(wildcards.run)
+    return model_dir(seed, vlconfig.VARIANT_STAGE[wildcards.variant], encoder) + "/model.safetensors"
+
+
+def variant_curves(wildcards):
+    """Training curves of every stage a variant's model descends from (for the divergence rule)."""
+    seed, encoder = vlconfig.parse_run(wildcards.run)
+    stages = vlconfig.lineage(vlconfig.VARIANT_STAGE[wildcards.variant])
+    return [model_dir(seed, s, encoder) + "/metrics.parquet" for s in stages]
 
 
 def eval_tables(wildcards=None):
-    return expand("results/eval/{variant}/{run}.parquet", variant=config["variants"], run=RUNS)
+    return [f"results/eval/{v}/{run}.parquet" for v in config["variants"] for run in vlconfig.variant_runs(config, v)]
+
+
+def all_meta():
+    """meta.json of every stage the configured variants need."""
+    paths = set()
+    for v in config["variants"]:
+        for run in vlconfig.variant_runs(config, v):
+            seed, encoder = vlconfig.parse_run(run)
+            paths |= {model_dir(seed, s, encoder) + "/meta.json" for s in vlconfig.lineage(vlconfig.VARIANT_STAGE[v])}
+    return sorted(paths)

@@ -1,9 +1,10 @@
-# Accuracy by number of objects for every variant and run (Figure 3's data).
+# Accuracy by number of objects for every variant and run (Figure 3's data), with the divergence verdict.
 
 
 rule evaluate:
     input:
         model=variant_model,
+        curves=variant_curves,
     output:
         table="results/eval/{variant}/{run}.parquet",
     log:
@@ -17,6 +18,7 @@ rule evaluate:
         gpu=config["resources"]["train_gpus"],
     params:
         evaluate=config["evaluate"],
+        divergence=config["divergence"],
         device=config["device"],
         precision=config["train"]["precision"],
     script:

@@ -40,7 +40,7 @@ rule fig8:
 
 rule training_table:
     input:
-        meta=expand("results/models/{run}/{stage}/meta.json", run=RUNS, stage=TEXT_STAGES),
+        meta=all_meta(),
         code="src/vlbind/figures.py",
     output:
         csv="results/tables/training.csv",
@@ -68,3 +68,20 @@ rule ood_table:
         "../envs/vlbind.yaml"
     script:
         "../../scripts/ood_table.py"
+
+
+rule fig7:
+    input:
+        objects=f"{BANK}/objects.parquet",
+        images=f"{BANK}/images",
+        code="src/vlbind/figures.py",
+    output:
+        pdf="results/figures/fig7.pdf",
+    log:
+        "results/logs/figures/fig7.log",
+    benchmark:
+        "results/benchmarks/figures/fig7.tsv"
+    conda:
+        "../envs/vlbind.yaml"
+    script:
+        "../../scripts/fig7.py"

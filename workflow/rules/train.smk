@@ -1,7 +1,7 @@
-# One rule, one checkpoint per stage of the text curriculum and noise training (appendix D.3-D.4).
-# params carry the stage's task, its merged train settings and (first stage) the model: changing any of
-# them reruns that stage and, through its checkpoint, every stage after it. Library code is deliberately
-# not an input (see README, "What reruns when").
+# One checkpoint per training stage (appendix D.3-D.7), per seed and, for vision stages, per encoder.
+# params carry the stage's task, its merged train settings and what it starts (the model at text_s1, the
+# projector at image) or reads (the encoder): changing any of them reruns that stage and, through its
+# checkpoint, every stage after it. Library code is deliberately not an input (README, "What reruns when").
 
 
 rule train_text:
@@ -11,6 +11,8 @@ rule train_text:
         model="results/models/seed{seed}/{stage}/model.safetensors",
         meta="results/models/seed{seed}/{stage}/meta.json",
         metrics="results/models/seed{seed}/{stage}/metrics.parquet",
+    wildcard_constraints:
+        stage="|".join(vlconfig.TEXT_STAGES),
     log:
         "results/logs/train/seed{seed}/{stage}.log",
     benchmark:
@@ -24,6 +26,34 @@ rule train_text:
         mem_mb=config["resources"]["train_mem_mb"],
     params:
         stage=lambda wc: vlconfig.stage_params(config, wc.stage),
+        device=config["device"],
+    script:
+        "../../scripts/train.py"
+
+
+rule train_vision:
+    input:
+        parent=parent_model,
+        features=stage_features,
+    output:
+        model="results/models/seed{seed}-{encoder}/{stage}/model.safetensors",
+        meta="results/models/seed{seed}-{encoder}/{stage}/meta.json",
+        metrics="results/models/seed{seed}-{encoder}/{stage}/metrics.parquet",
+    wildcard_constraints:
+        stage="|".join(vlconfig.VISION_STAGES),
+    log:
+        "results/logs/train/seed{seed}-{encoder}/{stage}.log",
+    benchmark:
+        "results/benchmarks/train/seed{seed}-{encoder}/{stage}.tsv"
+    conda:
+        "../envs/vlbind.yaml"
+    threads: config["resources"]["train_threads"]
+    resources:
+        gpu=config["resources"]["train_gpus"],
+        runtime=config["resources"]["train_runtime_min"],
+        mem_mb=config["resources"]["train_mem_mb"],
+    params:
+        stage=lambda wc: vlconfig.stage_params(config, wc.stage, wc.encoder),
         device=config["device"],
     script:
         "../../scripts/train.py"
