@@ -3,6 +3,7 @@
 These run Snakemake as a user would, in a copy of the workflow in a temporary directory.
 """
 
+import json
 import re
 import shutil
 import subprocess
@@ -15,7 +16,12 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 SNAKEMAKE = [sys.executable, "-m", "snakemake"]
 SEEDS = (0, 1)
-TEXT_STAGES = ["text_s1", "text_s2", "text_s3", "text_s4", "text_s5", "noise_text"]
+TEXT_STAGES = ["text_s1", "text_s2", "text_s3", "text_s4", "text_s5", "noise_text", "grounding"]
+VISION_STAGES = ["image", "mixed", "image_text", "noise_image_text"]
+VARIANTS = ["text_only", "noise_text", "image_text", "noise_image_text"]
+ENCODER = "vit_tiny"  # config/smoke.yaml
+RUNS = {"text_only": [f"seed{s}" for s in SEEDS], "noise_text": [f"seed{s}" for s in SEEDS],
+        "image_text": [f"seed{s}-{ENCODER}" for s in SEEDS], "noise_image_text": [f"seed{s}-{ENCODER}" for s in SEEDS]}
 
 
 def snakemake(workdir, *args, check=True):
@@ -51,26 +57,33 @@ def smoke_tree(tmp_path_factory):
     return work
 
 
-def test_smoke_dag_draws_fig3_and_fig8(smoke_tree):
-    for out in ("results/figures/fig3.pdf", "results/figures/fig8.pdf"):
+def test_smoke_dag_draws_fig3_fig7_and_fig8_with_all_four_variants(smoke_tree):
+    for out in ("results/figures/fig3.pdf", "results/figures/fig7.pdf", "results/figures/fig8.pdf"):
         assert (smoke_tree / out).read_bytes().startswith(b"%PDF")
     table = pd.concat(pd.read_parquet(p) for p in (smoke_tree / "results/eval").rglob("*.parquet"))
-    assert set(table["variant"]) == {"text_only", "noise_text"}
-    assert set(table["run"]) == {f"seed{s}" for s in SEEDS}
+    assert set(table["variant"]) == set(VARIANTS)
+    for v in VARIANTS:
+        assert set(table.loc[table["variant"] == v, "run"]) == set(RUNS[v])
     assert table["n_objects"].min() == 2 and table["n_objects"].max() == 12
+    assert "diverged" in table and not table["diverged"].any()
     summary = pd.read_csv(smoke_tree / "results/tables/ood_accuracy.csv", index_col=0)
-    assert list(summary.index) == ["text_only", "noise_text"] and (summary["runs"] == 2).all()
+    assert list(summary.index) == VARIANTS and (summary["runs"] == 2).all()
     training = pd.read_csv(smoke_tree / "results/tables/training.csv")
-    assert len(training) == len(SEEDS) * len(TEXT_STAGES) and (training["steps"] == 10).all()
+    assert len(training) == len(SEEDS) * (len(TEXT_STAGES) + len(VISION_STAGES)) and (training["steps"] == 10).all()
 
 
 def test_every_stage_has_a_checkpoint_and_every_job_a_log(smoke_tree):
     for s in SEEDS:
-        for stage in TEXT_STAGES:
-            d = smoke_tree / f"results/models/seed{s}/{stage}"
+        for stage in TEXT_STAGES + VISION_STAGES:
+            run = f"seed{s}" if stage in TEXT_STAGES else f"seed{s}-{ENCODER}"
+            d = smoke_tree / f"results/models/{run}/{stage}"
             assert {"model.safetensors", "meta.json", "metrics.parquet"} <= {p.name for p in d.iterdir()}
-            assert (smoke_tree / f"results/logs/train/seed{s}/{stage}.log").stat().st_size > 0
-    assert len(list((smoke_tree / "results/logs/evaluate").rglob("*.log"))) == 4
+            assert (smoke_tree / f"results/logs/train/{run}/{stage}.log").stat().st_size > 0
+    assert len(list((smoke_tree / "results/logs/evaluate").rglob("*.log"))) == 8
+    for log in ("render/per_object.log", f"features/{ENCODER}/per_object.log", "figures/fig7.log"):
+        assert (smoke_tree / "results/logs" / log).stat().st_size > 0
+    meta = json.loads((smoke_tree / f"results/models/seed0-{ENCODER}/image/meta.json").read_text())
+    assert meta["parent"] == "results/models/seed0/grounding" and meta["model_config"]["image_dim"] == 192
 
 
 def test_complete_tree_schedules_nothing(smoke_tree):
@@ -84,7 +97,19 @@ def test_changed_stage_parameter_reruns_exactly_that_stage_and_descendants(smoke
     out = snakemake(smoke_tree, "-n", "--configfile", "config/smoke.yaml", str(overlay)).stdout
     jobs = scheduled(out)
     expected = {("train_text", f"seed={s}, stage={st}") for s in SEEDS for st in TEXT_STAGES[2:]}
-    expected |= {("evaluate", f"variant={v}, run=seed{s}") for v in ("text_only", "noise_text") for s in SEEDS}
+    expected |= {("train_vision", f"seed={s}, encoder={ENCODER}, stage={st}") for s in SEEDS for st in VISION_STAGES}
+    expected |= {("evaluate", f"variant={v}, run={r}") for v in VARIANTS for r in RUNS[v]}
+    expected |= {("fig3", ""), ("fig8", ""), ("ood_table", ""), ("training_table", ""), ("all", "")}
+    assert jobs == expected
+
+
+def test_changed_encoder_setting_reruns_only_its_features_and_vision_stages(smoke_tree, tmp_path):
+    overlay = tmp_path / "change.yaml"
+    overlay.write_text(f"encoders:\n  {ENCODER}: {{grid: 1}}\n")
+    jobs = scheduled(snakemake(smoke_tree, "-n", "--configfile", "config/smoke.yaml", str(overlay)).stdout)
+    expected = {("extract_features", f"encoder={ENCODER}, layout=per_object")}
+    expected |= {("train_vision", f"seed={s}, encoder={ENCODER}, stage={st}") for s in SEEDS for st in VISION_STAGES}
+    expected |= {("evaluate", f"variant={v}, run={r}") for v in VARIANTS[2:] for r in RUNS[v]}
     expected |= {("fig3", ""), ("fig8", ""), ("ood_table", ""), ("training_table", ""), ("all", "")}
     assert jobs == expected
 
@@ -103,6 +128,9 @@ def test_changed_eval_setting_retrains_nothing(smoke_tree, tmp_path):
     ("stages: {text_s3: {task: {min_pairs: 9, max_pairs: 8}}}", "stages.text_s3.task"),
     ("seedz: [1]", "seedz"),
     ("device: tpu", "device"),
+    ("vision: {encoders: [resnet_999]}", "vision.encoders"),
+    ("stages: {text_s2: {task: {image_fraction: 0.5}}}", "stages.text_s2.task.image_fraction"),
+    ("render: {layout: mosaic}", "render.layout"),
 ])
 def test_malformed_config_fails_at_dag_build_naming_the_key(tmp_path, overlay, key):
     work = copy_workflow(tmp_path / "wf")
@@ -131,7 +159,17 @@ def test_slurm_profile_gives_training_and_evaluation_a_gpu(tmp_path):
     work = copy_workflow(tmp_path / "wf")
     out = snakemake(work, "--profile", "profiles/slurm", "-n", "--configfile", "config/smoke.yaml").stdout
     blocks = re.split(r"\n(?=(?:localrule|rule) )", out)
-    for rule in ("train_text", "evaluate"):
+    for rule in ("train_text", "train_vision", "extract_features", "evaluate"):
         mine = [b for b in blocks if b.startswith(f"rule {rule}:")]
         assert mine and all(re.search(r"resources:.*\bgpu=1\b", b) for b in mine)
-    assert not any(re.search(r"\bgpu=", b) for b in blocks if b.startswith(("rule fig3:", "rule all:")))
+    cpu_only = ("rule fig3:", "rule all:", "rule render_bank:")
+    assert not any(re.search(r"\bgpu=", b) for b in blocks if b.startswith(cpu_only))
+
+
+def test_paper_config_dry_run_lists_every_stage_for_4_seeds_and_3_encoders(tmp_path):
+    work = copy_workflow(tmp_path / "wf")
+    out = snakemake(work, "-n", "--cores", "8", "results/figures/fig3.pdf").stdout
+    counts = {rule: len([j for j in scheduled(out) if j[0] == rule]) for rule in
+              ("render_bank", "extract_features", "train_text", "train_vision", "evaluate")}
+    assert counts == {"render_bank": 1, "extract_features": 3, "train_text": 4 * len(TEXT_STAGES),
+                      "train_vision": 4 * 3 * len(VISION_STAGES), "evaluate": 4 * 2 + 4 * 3 * 2}

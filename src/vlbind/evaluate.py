@@ -67,8 +67,8 @@ def divergence(curves: dict[str, pd.DataFrame], collapse_drop: float) -> str | N
         best = curve.loc[curve["val_accuracy"].idxmax()]
         last = curve.iloc[-1]
         if last["val_accuracy"] < best["val_accuracy"] - collapse_drop:
-            return (f"{stage}: validation accuracy collapsed from {best['val_accuracy']:.3f} (step {int(best['step'])}) "
-                    f"to {last['val_accuracy']:.3f} (step {int(last['step'])})")
+            return (f"{stage}: validation accuracy collapsed from {best['val_accuracy']:.3f} "
+                    f"(step {int(best['step'])}) to {last['val_accuracy']:.3f} (step {int(last['step'])})")
     return None
 
 

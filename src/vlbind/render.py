@@ -4,6 +4,7 @@ The 13 shapes are filled SVG paths on a white background, rasterised with cairos
 web-safe colors (an RGB grid over 00, 33, 66, 99, cc, ff, red slowest), so `color0001` is #000000 and
 image training uses the first 8 (#000000 .. #003333). Edges are drawn with `shape-rendering: crispEdges`:
 every pixel is either white or exactly the object's color, which makes the object table exact.
+(color0216 is #ffffff, white on white; image training uses the first 8 colors, so it never appears.)
 
 Two layouts (config `vision.layout`):
 - `per_object`: one image per color-shape pair, the shape at a random place and size. Appendix C says
@@ -92,8 +93,9 @@ class RenderConfig:
             raise ValueError(f"RenderConfig.n_colors={self.n_colors} must lie in 1..{len(WEB_SAFE)}")
         if not 0 < self.min_scale <= self.max_scale <= 1:
             raise ValueError("RenderConfig needs 0 < min_scale <= max_scale <= 1")
-        if not 1 <= self.min_objects <= self.max_objects <= min(len(SHAPES), self.n_colors):
-            raise ValueError(f"RenderConfig needs 1 <= min_objects <= max_objects <= {min(len(SHAPES), self.n_colors)} "
+        limit = min(len(SHAPES), self.n_colors)
+        if self.layout == "canvas" and not 1 <= self.min_objects <= self.max_objects <= limit:
+            raise ValueError(f"RenderConfig needs 1 <= min_objects <= max_objects <= {limit} "
                              "(objects on a canvas have distinct colors and shapes)")
 
     @classmethod

@@ -20,15 +20,15 @@ wildcard_constraints:
     variant="|".join(vlconfig.VARIANT_STAGE),
 
 
-def model_dir(seed, stage, encoder=None):
-    return f"results/models/{vlconfig.run_name(seed, stage, encoder)}/{stage}"
+def model_file(seed, stage, encoder=None, name="model.safetensors"):
+    return f"results/models/{vlconfig.run_name(seed, stage, encoder)}/{stage}/{name}"
 
 
 def parent_model(wildcards):
     parent = vlconfig.STAGE_PARENTS[wildcards.stage]
     if parent is None:
         return []
-    return [model_dir(wildcards.seed, parent, wildcards.get("encoder")) + "/model.safetensors"]
+    return [model_file(wildcards.seed, parent, wildcards.get("encoder"))]
 
 
 def stage_features(wildcards):
@@ -40,14 +40,14 @@ def stage_features(wildcards):
 
 def variant_model(wildcards):
     seed, encoder = vlconfig.parse_run(wildcards.run)
-    return model_dir(seed, vlconfig.VARIANT_STAGE[wildcards.variant], encoder) + "/model.safetensors"
+    return model_file(seed, vlconfig.VARIANT_STAGE[wildcards.variant], encoder)
 
 
 def variant_curves(wildcards):
     """Training curves of every stage a variant's model descends from (for the divergence rule)."""
     seed, encoder = vlconfig.parse_run(wildcards.run)
     stages = vlconfig.lineage(vlconfig.VARIANT_STAGE[wildcards.variant])
-    return [model_dir(seed, s, encoder) + "/metrics.parquet" for s in stages]
+    return [model_file(seed, s, encoder, "metrics.parquet") for s in stages]
 
 
 def eval_tables(wildcards=None):
@@ -60,5 +60,6 @@ def all_meta():
     for v in config["variants"]:
         for run in vlconfig.variant_runs(config, v):
             seed, encoder = vlconfig.parse_run(run)
-            paths |= {model_dir(seed, s, encoder) + "/meta.json" for s in vlconfig.lineage(vlconfig.VARIANT_STAGE[v])}
+            stages = vlconfig.lineage(vlconfig.VARIANT_STAGE[v])
+            paths |= {model_file(seed, s, encoder, "meta.json") for s in stages}
     return sorted(paths)

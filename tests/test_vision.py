@@ -1,0 +1,303 @@
+"""The vision arm: rendering, the feature bank, image-context prompts, the projector, divergence."""
+
+import itertools
+import math
+import os
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+import yaml
+
+from vlbind.bank import ImageBank
+from vlbind.checkpoint import load_model, save_model
+from vlbind.encoders import EncoderSpec, EncoderWeightsError, extract, load_encoder, normalizer, patch_tokens
+from vlbind.evaluate import divergence
+from vlbind.model import ModelConfig, Transformer
+from vlbind.render import SHAPES, WEB_SAFE, RenderConfig, hex_to_rgb, layout_objects, render, render_bank
+from vlbind.tasks import IMAGE, RETRIEVAL, TEXT, Role, StageSpec, generate
+from vlbind.train import TrainConfig, answer_logits, model_inputs, train_stage
+from vlbind.vocab import VOCAB
+
+ROOT = Path(__file__).resolve().parents[1]
+WHITE = np.array([255, 255, 255])
+
+
+# --- rendering -------------------------------------------------------------------------------------
+
+def test_web_safe_palette_is_the_rgb_grid():
+    assert len(WEB_SAFE) == 216 and len(set(WEB_SAFE)) == 216
+    assert WEB_SAFE[:8] == ("#000000", "#000033", "#000066", "#000099", "#0000cc", "#0000ff", "#003300", "#003333")
+    levels = {0, 0x33, 0x66, 0x99, 0xCC, 0xFF}
+    assert all(set(hex_to_rgb(c)) <= levels for c in WEB_SAFE)
+
+
+def test_every_shape_renders_distinct_from_every_other():
+    masks = {s: (render([(0, i, (8, 8, 120, 120))], 128) != 255).any(-1) for i, s in enumerate(SHAPES)}
+    assert len(masks) == 13
+    for a, b in itertools.combinations(SHAPES, 2):
+        differ = (masks[a] != masks[b]).sum()
+        assert differ > 0.05 * min(masks[a].sum(), masks[b].sum()), (a, b, differ)
+
+
+def test_each_color_pixels_match_its_hex():
+    for color in range(215):  # #ffffff (color0216) is white on white: see the render.py docstring
+        pixels = render([(color, 0, (10, 20, 54, 44))], 64).reshape(-1, 3)  # a rectangle
+        ink = pixels[(pixels != WHITE).any(-1)]
+        assert len(ink) > 0.5 * 44 * 24, WEB_SAFE[color]
+        assert (ink == hex_to_rgb(WEB_SAFE[color])).all(), WEB_SAFE[color]  # crisp edges: nothing blended
+
+
+@pytest.mark.parametrize("layout", ["per_object", "canvas"])
+def test_layouts_place_shapes_within_bounds_without_overlap(layout, tmp_path):
+    cfg = RenderConfig(layout=layout, size=96, variants=2, n_images=20, min_objects=2, max_objects=8)
+    objects = render_bank(cfg, tmp_path)
+    assert ((objects[["x0", "y0"]] >= 0).all(axis=None)) and ((objects[["x1", "y1"]] <= cfg.size).all(axis=None))
+    for image, o in objects.groupby("image"):
+        boxes = o[["x0", "y0", "x1", "y1"]].to_numpy()
+        for a, b in itertools.combinations(boxes, 2):
+            assert a[2] <= b[0] or b[2] <= a[0] or a[3] <= b[1] or b[3] <= a[1], (image, a, b)
+        assert o["color"].is_unique and o["shape"].is_unique
+        pixels = np.asarray(__import__("PIL.Image", fromlist=["Image"]).open(tmp_path / "images" / f"{image:06d}.png"))
+        inside = np.zeros(pixels.shape[:2], bool)
+        for r in o.itertuples():  # each object's ink lies in its box and has its color
+            box = pixels[r.y0:r.y1, r.x0:r.x1].reshape(-1, 3)
+            ink = box[(box != WHITE).any(-1)]
+            assert len(ink) and (ink == hex_to_rgb(r.hex)).all()
+            inside[r.y0:r.y1, r.x0:r.x1] = True
+        assert (pixels[~inside] == 255).all()
+    if layout == "per_object":  # every color-shape pair, `variants` times
+        assert len(objects) == cfg.n_colors * 13 * cfg.variants
+        assert objects.groupby(["color", "shape"]).size().eq(cfg.variants).all()
+
+
+# --- encoders and the feature bank -----------------------------------------------------------------
+
+def default_encoders():
+    return yaml.safe_load((ROOT / "config" / "config.yaml").read_text())["encoders"]
+
+
+@pytest.mark.parametrize("name", ["resnet152", "vit_b16", "dinov3_vitb16"])
+def test_default_encoders_give_patch_tokens_without_prefix(name, tmp_path):
+    spec = EncoderSpec.from_dict({**default_encoders()[name], "pretrained": False})
+    expected = {"resnet152": (49, 2048, 0), "vit_b16": (196, 768, 1), "dinov3_vitb16": (196, 768, 5)}[name]
+    render_bank(RenderConfig(n_colors=1, variants=1, size=224), tmp_path)
+    torch.manual_seed(0)
+    model = load_encoder(spec)
+    assert getattr(model, "num_prefix_tokens", 0) == expected[2]
+    index = extract(spec, tmp_path / "images", 2, tmp_path / "f.npy", model=model)
+    feats = np.load(tmp_path / "f.npy", mmap_mode="r")
+    assert feats.shape == (2, expected[0], expected[1]) and feats.dtype == np.float16
+    assert (index["tokens_per_image"], index["dim"]) == expected[:2]
+    # the same tokens as timm's own forward_features with the prefix dropped (CNN: the flattened map)
+    from vlbind.encoders import to_tensor
+    from vlbind.render import load_image
+    mean, std = normalizer(model)
+    x = to_tensor(np.stack([load_image(tmp_path / "images", i) for i in range(2)]), mean, std)
+    with torch.no_grad():
+        raw = model.forward_features(x)
+    raw = raw.flatten(2).transpose(1, 2) if raw.dim() == 4 else raw[:, expected[2]:]
+    np.testing.assert_allclose(feats, raw.numpy().astype(np.float16), rtol=1e-2, atol=1e-2)
+
+
+def test_grid_pooling_averages_patches():
+    model = __import__("timm").create_model("vit_tiny_patch16_224", pretrained=False, num_classes=0, img_size=64).eval()
+    x = torch.randn(2, 3, 64, 64)
+    with torch.no_grad():
+        full, pooled = patch_tokens(model, x), patch_tokens(model, x, grid=2)
+    assert full.shape == (2, 16, 192) and pooled.shape == (2, 4, 192)
+    grid = full.reshape(2, 4, 4, 192)  # row-major 4x4 -> the top-left 2x2 block is pooled token 0
+    torch.testing.assert_close(pooled[:, 0], grid[:, :2, :2].mean((1, 2)))
+    torch.testing.assert_close(pooled[:, 3], grid[:, 2:, 2:].mean((1, 2)))
+
+
+def test_pretrained_weights_missing_fail_at_once_with_help(monkeypatch, tmp_path):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))  # an empty cache
+    monkeypatch.setattr("vlbind.encoders._cached_weights", lambda name: None)
+    t0 = time.time()
+    with pytest.raises(EncoderWeightsError, match="pretrained: false") as e:
+        load_encoder(EncoderSpec("resnet18.a1_in1k"))
+    assert time.time() - t0 < 5 and "checkpoint" in str(e.value) and "resnet18.a1_in1k" in str(e.value)
+    with pytest.raises(EncoderWeightsError, match="does not exist"):
+        load_encoder(EncoderSpec("resnet18.a1_in1k", checkpoint=str(tmp_path / "nope.safetensors")))
+
+
+def make_bank(tmp_path, layout, tokens=4, dim=6, **kw) -> ImageBank:
+    """A rendered bank with random stand-in features (the prompt logic never looks inside them)."""
+    cfg = RenderConfig(layout=layout, size=64, variants=2, n_images=200, **kw)
+    objects = layout_objects(cfg)
+    n = objects["image"].max() + 1
+    rng = np.random.default_rng(0)
+    return ImageBank(layout, objects, rng.standard_normal((n, tokens, dim)).astype(np.float16), {})
+
+
+def solve_image_prompt(b, i, objects: pd.DataFrame) -> int:
+    """Answer of image prompt i, recomputed from the bank's object table and the prompt's text part."""
+    ctx = np.flatnonzero(b.roles[i] == Role.CONTEXT_IMAGE)
+    images = list(dict.fromkeys(b.image_ids[i, ctx].tolist()))  # in context order
+    table = objects.set_index(["image", "object"]).sort_index()
+    pairs = [(VOCAB.color_offset + r.color - 1, VOCAB.shape_offset + r.shape - 1)
+             for img in images for r in table.loc[img].itertuples()]
+    end = np.flatnonzero(b.tokens[i] == VOCAB.context_end)[0]
+    text = b.tokens[i, end + 1: b.answer_pos[i] - 2].tolist()
+    assoc = {text[k]: text[k + 1] for k in range(0, len(text), 3)}
+    query = b.tokens[i, b.answer_pos[i] - 1]
+    shape = dict(pairs)[query]
+    return assoc[shape] if assoc else shape
+
+
+@pytest.mark.parametrize("layout", ["per_object", "canvas"])
+def test_image_prompt_answer_recomputed_from_object_table(layout, tmp_path):
+    bank = make_bank(tmp_path, layout)
+    spec = StageSpec(n_colors=8, n_shapes=13, n_items=8, min_pairs=2, max_pairs=8, grounding_fraction=0.5,
+                     image_fraction=1.0)
+    b = generate(spec, 300, np.random.default_rng(1), bank=bank, query_by=0)
+    assert (b.modality == IMAGE).all()
+    for i in range(len(b)):
+        assert solve_image_prompt(b, i, bank.objects) == b.target[i]
+        ctx = b.roles[i] == Role.CONTEXT_IMAGE
+        assert (b.tokens[i, ctx] == VOCAB.image).all() and (b.image_ids[i, ~ctx] == -1).all()
+        n = b.n_pairs[i]
+        assert ctx.sum() == (4 * n if layout == "per_object" else 4)
+    if layout == "per_object":  # each object's image shows exactly that slot's color and shape
+        r, t = np.nonzero(b.roles == Role.CONTEXT_IMAGE)
+        o = bank.objects.set_index("image")
+        np.testing.assert_array_equal(o.loc[b.image_ids[r, t], "color"].to_numpy() - 1 + VOCAB.color_offset,
+                                      b.colors[r, b.slots[r, t]])
+    else:  # a patch's slot is the object whose box holds its centre
+        img, patch = b.image_ids[b.roles == Role.CONTEXT_IMAGE], b.patches[b.roles == Role.CONTEXT_IMAGE]
+        slot = b.slots[b.roles == Role.CONTEXT_IMAGE]
+        side, size = 2, 64
+        for k in np.flatnonzero(slot >= 0)[:200]:
+            r = bank.objects[(bank.objects.image == img[k]) & (bank.objects.object == slot[k])].iloc[0]
+            cx, cy = (patch[k] % side + 0.5) * size / side, (patch[k] // side + 0.5) * size / side
+            assert r.x0 <= cx < r.x1 and r.y0 <= cy < r.y1
+
+
+def test_mixed_stage_holds_its_image_share(tmp_path):
+    bank = make_bank(tmp_path, "per_object")
+    spec = StageSpec(n_colors=8, n_shapes=13, n_items=8, max_pairs=8, image_fraction=0.2)
+    n, rng = 20000, np.random.default_rng(3)
+    share = np.concatenate([generate(spec, 1000, rng, bank=bank).modality for _ in range(n // 1000)]).mean()
+    assert abs(share - 0.2) < 4 * math.sqrt(0.2 * 0.8 / n)  # within 4 standard errors
+
+
+def test_text_stages_draw_the_same_prompts_as_before_the_image_arm():
+    """A text stage draws no modality randoms, so adding the vision arm changed no text prompt stream."""
+    spec = StageSpec(max_pairs=8)
+    a = generate(spec, 64, np.random.default_rng(5))
+    b = generate(spec, 64, np.random.default_rng(5), modality=TEXT)
+    assert (a.modality == TEXT).all() and (a.image_ids == -1).all()
+    np.testing.assert_array_equal(a.tokens[:, :2], generate(spec, 64, np.random.default_rng(5)).tokens[:, :2])
+    assert b.tokens.shape[0] == 64
+
+
+def test_image_prompt_without_bank_is_an_error():
+    with pytest.raises(ValueError, match="image bank"):
+        generate(StageSpec(n_colors=8, n_shapes=13, n_items=8, image_fraction=1.0), 4, np.random.default_rng(0))
+
+
+def test_bank_rejects_colors_it_does_not_hold(tmp_path):
+    bank = make_bank(tmp_path, "per_object")
+    with pytest.raises(ValueError, match="n_colors"):
+        generate(StageSpec(n_colors=16, n_shapes=13, n_items=8, image_fraction=1.0), 8, np.random.default_rng(0),
+                 bank=bank)
+
+
+# --- projector and image inputs --------------------------------------------------------------------
+
+def tiny(**kw) -> Transformer:
+    torch.manual_seed(0)
+    return Transformer(ModelConfig(n_layers=2, d_model=32, d_ff=64, n_heads=2, **kw))
+
+
+def test_projected_features_replace_the_image_embeddings(tmp_path):
+    bank = make_bank(tmp_path, "per_object", dim=6)
+    model = tiny().attach_projector(6, mult=2.0)
+    b = generate(StageSpec(n_colors=8, n_shapes=13, n_items=8, image_fraction=0.5), 8, np.random.default_rng(0),
+                 bank=bank)
+    tokens, positions, images = model_inputs(b, "cpu", bank)
+    with torch.no_grad():
+        got = model(tokens, positions, images)
+        # naive: embed every position, then overwrite image positions one by one with projector(feature)
+        x = model.embed(tokens)
+        for r, t in zip(*np.nonzero(b.image_ids >= 0)):
+            f = torch.from_numpy(bank.features[b.image_ids[r, t], b.patches[r, t]].astype(np.float32))
+            x[r, t] = model.projector(f)
+        cis = model.rope_cis[positions][:, :, None, None]
+        for block in model.blocks:
+            x = block(x, cis)
+        torch.testing.assert_close(got, model.logits(x))
+    assert model.projector.fc1.out_features == 12 and model.projector.fc3.out_features == 32
+
+
+def test_projector_scale_defaults_to_embedding_norm():
+    p = tiny().attach_projector(6).projector
+    out = p(torch.randn(100, 6))
+    torch.testing.assert_close(out.norm(dim=-1).mean(), torch.tensor(1.0), atol=0.05, rtol=0)
+
+
+def test_vision_stage_starts_from_its_parent_exactly(tmp_path):
+    parent = tiny()
+    save_model(tmp_path / "grounding", parent, {"stage": "grounding"}, pd.DataFrame())
+    child, _ = load_model(tmp_path / "grounding")
+    child.attach_projector(6)
+    parent_state = parent.state_dict()
+    for k, v in child.state_dict().items():
+        if not k.startswith("projector."):
+            assert torch.equal(v, parent_state[k]), k
+    b = generate(StageSpec(max_pairs=4, n_items=8), 16, np.random.default_rng(0))  # text prompts: same logits
+    torch.testing.assert_close(answer_logits(child, b, "cpu"), answer_logits(parent, b, "cpu"), rtol=0, atol=0)
+    save_model(tmp_path / "image", child, {"stage": "image"}, pd.DataFrame())  # the projector round-trips
+    again, _ = load_model(tmp_path / "image")
+    assert again.cfg.image_dim == 6
+    for k, v in child.state_dict().items():
+        assert torch.equal(v, again.state_dict()[k]), k
+
+
+# --- divergence --------------------------------------------------------------------------------------
+
+def test_injected_nan_is_detected_as_divergence(tmp_path):
+    model = tiny()
+
+    def poison(step):
+        if step == 3:
+            with torch.no_grad():
+                model.embed.weight[VOCAB.answer].fill_(float("nan"))
+
+    cfg = TrainConfig(warmup_steps=1, batch_size=4, eval_every=2, val_size=8, max_steps=20, target_accuracy=None)
+    meta = train_stage(model, StageSpec(max_pairs=2, n_items=8), cfg, tmp_path, stage="image", callback=poison)
+    assert meta["stopped_because"] == "non_finite_loss" and meta["steps"] == 4
+    curve = pd.read_parquet(tmp_path / "metrics.parquet")
+    assert "non-finite" in divergence({"text_s1": curve.iloc[:1], "image": curve}, collapse_drop=0.5)
+    assert divergence({"text_s1": curve.iloc[:1]}, collapse_drop=0.5) is None
+
+
+def test_validation_collapse_is_divergence_and_a_plateau_is_not():
+    def curve(accs):
+        return pd.DataFrame({"step": range(len(accs)), "val_accuracy": accs, "finite": True})
+    assert divergence({"mixed": curve([0.2, 0.9, 0.3])}, 0.5).startswith("mixed: validation accuracy collapsed")
+    assert divergence({"mixed": curve([0.2, 0.9, 0.5])}, 0.5) is None
+    assert divergence({"a": curve([0.5, 0.5]), "b": curve([0.1, 0.1])}, 0.5) is None
+
+
+def test_image_stage_trains_and_resumes_identically(tmp_path):
+    """A short image stage runs end to end (features gathered from the bank every step) and is deterministic."""
+    bank = make_bank(tmp_path, "per_object", dim=6)
+    spec = StageSpec(n_colors=8, n_shapes=13, n_items=8, max_pairs=3, grounding_fraction=0.5, image_fraction=1.0)
+    cfg = TrainConfig(warmup_steps=2, batch_size=8, eval_every=2, val_size=16, max_steps=6, target_accuracy=None)
+    metas = []
+    for run in ("a", "b"):
+        model = tiny().attach_projector(6)
+        metas.append(train_stage(model, spec, cfg, tmp_path / run, stage="image", bank=bank))
+    a, _ = load_model(tmp_path / "a")
+    b, _ = load_model(tmp_path / "b")
+    for k, v in a.state_dict().items():
+        assert torch.equal(v, b.state_dict()[k]), k
+    assert metas[0]["steps"] == 6 and os.path.exists(tmp_path / "a" / "metrics.parquet")
+    batch = generate(spec, 4, np.random.default_rng(0), bank=bank, task=RETRIEVAL)
+    assert answer_logits(a, batch, "cpu", bank=bank).shape == (4, a.cfg.vocab_size)
