@@ -43,3 +43,24 @@ def test_same_seed_same_prompts_and_unknown_stage_is_named():
     assert sample("--stage", "text_s3", "--seed", "4").stdout == sample("--stage", "text_s3", "--seed", "4").stdout
     proc = sample("--stage", "text_s9")
     assert proc.returncode == 2 and "text_s9" in proc.stderr and "text_s1" in proc.stderr
+
+
+def test_image_stage_prints_its_text_form_without_a_bank_and_images_with_one(tmp_path):
+    proc = sample("--stage", "image", "--count", "5")
+    assert proc.returncode == 0 and "text form" in proc.stderr
+    assert all(solve(line.split("\t")[0]) == line.split("\t")[1] for line in proc.stdout.splitlines())
+
+    from vlbind.encoders import EncoderSpec, extract
+    from vlbind.render import RenderConfig, render_bank
+    render_bank(RenderConfig(size=64, variants=1), tmp_path / "bank")
+    spec = EncoderSpec("vit_tiny_patch16_224", pretrained=False, grid=2, model_kwargs={"img_size": 64})
+    extract(spec, tmp_path / "bank" / "images", 104, tmp_path / "f.npy")
+    proc = sample("--stage", "image", "--count", "5", "--task", "retrieval", "--bank", str(tmp_path / "bank"),
+                  "--features", str(tmp_path / "f.npy"))
+    assert proc.returncode == 0, proc.stderr
+    for line in proc.stdout.splitlines():
+        prompt = line.split("\t")[0]
+        n_images = prompt.count("<image ")
+        assert n_images >= 2 and prompt.count("[SEP]") == n_images - 1 and ": 4 tokens>" in prompt
+    proc = sample("--stage", "image", "--bank", str(tmp_path / "bank"), "--features", str(tmp_path / "missing.npy"))
+    assert proc.returncode == 2 and "missing.npy" in proc.stderr

@@ -63,9 +63,8 @@ class ImageBank:
             if not p.is_file():
                 raise FileNotFoundError(f"image bank file {p} is missing; run the render_bank / extract_features rules")
         objects = pd.read_parquet(bank_dir / "objects.parquet")
-        layout = "per_object" if objects.groupby("image").size().max() == 1 else "canvas"
         index = json.loads(features_path.with_suffix(".json").read_text())
-        return cls(layout, objects, np.load(features_path, mmap_mode="r"), index)
+        return cls(str(objects["layout"].iloc[0]), objects, np.load(features_path, mmap_mode="r"), index)
 
     def _patch_slots(self, o: pd.DataFrame, n_images: int) -> np.ndarray:
         side = math.isqrt(self.tokens_per_image)

@@ -2,6 +2,8 @@
 
     python -m vlbind sample --stage text_s4 --count 5 --seed 0 [--task grounding] [--noise]
         one prompt per line in the paper's text format, a tab, then the answer token.
+    python -m vlbind sample --stage image --bank results/banks/per_object --features results/features/resnet152/per_object.npy
+        image-context prompts; each image is shown as <image ID: K tokens> (bank row ID).
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ def setup_logging(path: str | None = None, level=logging.INFO) -> logging.Logger
 
 def _sample(args) -> int:
     from . import config as vlconfig
-    from .tasks import BY_COLOR, BY_SHAPE, GROUNDING, RETRIEVAL, StageSpec, generate, prompt_text
+    from .tasks import BY_COLOR, BY_SHAPE, GROUNDING, RETRIEVAL, TEXT, StageSpec, generate, prompt_text
     from .vocab import VOCAB
 
     cfg = vlconfig.load(args.config)
@@ -38,8 +40,20 @@ def _sample(args) -> int:
         spec = StageSpec.from_dict({**spec.to_dict(), "noise_tokens": 100})
     task = {"retrieval": RETRIEVAL, "grounding": GROUNDING}[args.task]
     by = None if args.query_by == "any" else {"color": BY_COLOR, "shape": BY_SHAPE}[args.query_by]
+    bank, modality = None, None
+    if args.bank or args.features:
+        from .bank import ImageBank
+
+        if not (args.bank and args.features):
+            print("error: --bank and --features go together", file=sys.stderr)
+            return 2
+        bank = ImageBank.open(args.bank, args.features)
+    elif spec.image_fraction > 0:
+        print(f"note: stage {args.stage} has image contexts; without --bank/--features its text form is shown",
+              file=sys.stderr)
+        modality = TEXT
     batch = generate(spec, args.count, np.random.default_rng(args.seed), task=task, query_by=by,
-                     noise=args.noise, materialize_noise=args.noise)
+                     noise=args.noise, modality=modality, bank=bank, materialize_noise=args.noise)
     for i in range(len(batch)):
         print(f"{prompt_text(batch, i)}\t{VOCAB.tokens[batch.target[i]]}")
     return 0
@@ -58,11 +72,13 @@ def main(argv: list[str] | None = None) -> int:
                    help="query direction; 'any' follows the stage's symmetric_fraction")
     s.add_argument("--noise", action="store_true",
                    help="insert the stage's noise (100 tokens if it has none), shown as [NOISE]")
+    s.add_argument("--bank", help="an image bank directory (objects.parquet), for image-context stages")
+    s.add_argument("--features", help="that bank's feature file (.npy), for image-context stages")
     s.add_argument("--config", nargs="+", default=["config/config.yaml"],
                    help="config file and overlays, merged left to right")
     args = parser.parse_args(argv)
     try:
         return {"sample": _sample}[args.command](args)
-    except ValueError as e:  # bad config or arguments: one clear line
+    except (ValueError, FileNotFoundError) as e:  # bad config, arguments or paths: one clear line
         print(f"error: {e}", file=sys.stderr)
         return 2

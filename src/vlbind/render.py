@@ -14,8 +14,8 @@ Two layouts (config `vision.layout`):
   cell of a grid, at a random size and offset inside its cell). D.6 mentions "colored shapes on a canvas".
 
 A bank is a list of images plus a table with one row per object: image, object, color, shape (1-based
-vocabulary indices, so color=3 is token color0003), the shape's name, its hex color and its box
-(x0, y0, x1, y1 in pixels, x1/y1 exclusive).
+vocabulary indices, so color=3 is token color0003), the shape's name, its hex color, its box
+(x0, y0, x1, y1 in pixels, x1/y1 exclusive), the image size and the layout.
 """
 
 from __future__ import annotations
@@ -159,6 +159,7 @@ def layout_objects(cfg: RenderConfig) -> pd.DataFrame:
     df["shape_name"] = [SHAPES[s] for s in df["shape"]]
     df["hex"] = [WEB_SAFE[c] for c in df["color"]]
     df["image_size"] = cfg.size
+    df["layout"] = cfg.layout
     df["color"] += 1  # 1-based: color index k is token color{k:04d}
     df["shape"] += 1
     return df

@@ -281,5 +281,19 @@ def _materialize(b: Batch, length: np.ndarray, vocab: Vocab) -> Batch:
 
 
 def prompt_text(batch: Batch, i: int, vocab: Vocab = VOCAB) -> str:
-    """Prompt i in the paper's text format, up to and including [ANSWER]."""
-    return vocab.decode(batch.tokens[i, : batch.answer_pos[i] + 1])
+    """Prompt i in the paper's text format, up to and including [ANSWER]; an image context is shown as
+    `<image ID: K tokens>` per image (ID = its bank row)."""
+    words, t, end = [], 0, batch.answer_pos[i] + 1
+    while t < end:
+        image = batch.image_ids[i, t]
+        if image < 0:
+            if batch.tokens[i, t] != vocab.pad:
+                words.append(vocab.tokens[batch.tokens[i, t]])
+            t += 1
+            continue
+        k = t
+        while k < end and batch.image_ids[i, k] == image and (k == t or batch.patches[i, k] > batch.patches[i, k - 1]):
+            k += 1
+        words.append(f"<image {image}: {k - t} tokens>")
+        t = k
+    return " ".join(words)

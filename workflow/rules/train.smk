@@ -11,12 +11,12 @@ rule train_text:
         model="results/models/seed{seed}/{stage}/model.safetensors",
         meta="results/models/seed{seed}/{stage}/meta.json",
         metrics="results/models/seed{seed}/{stage}/metrics.parquet",
-    wildcard_constraints:
-        stage="|".join(vlconfig.TEXT_STAGES),
     log:
         "results/logs/train/seed{seed}/{stage}.log",
     benchmark:
         "results/benchmarks/train/seed{seed}/{stage}.tsv"
+    wildcard_constraints:
+        stage="|".join(vlconfig.TEXT_STAGES),
     conda:
         "../envs/vlbind.yaml"
     threads: config["resources"]["train_threads"]
@@ -39,12 +39,12 @@ rule train_vision:
         model="results/models/seed{seed}-{encoder}/{stage}/model.safetensors",
         meta="results/models/seed{seed}-{encoder}/{stage}/meta.json",
         metrics="results/models/seed{seed}-{encoder}/{stage}/metrics.parquet",
-    wildcard_constraints:
-        stage="|".join(vlconfig.VISION_STAGES),
     log:
         "results/logs/train/seed{seed}-{encoder}/{stage}.log",
     benchmark:
         "results/benchmarks/train/seed{seed}-{encoder}/{stage}.tsv"
+    wildcard_constraints:
+        stage="|".join(vlconfig.VISION_STAGES),
     conda:
         "../envs/vlbind.yaml"
     threads: config["resources"]["train_threads"]
