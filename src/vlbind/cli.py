@@ -2,7 +2,8 @@
 
     python -m vlbind sample --stage text_s4 --count 5 --seed 0 [--task grounding] [--noise]
         one prompt per line in the paper's text format, a tab, then the answer token.
-    python -m vlbind sample --stage image --bank results/banks/per_object --features results/features/resnet152/per_object.npy
+    python -m vlbind sample --stage image --bank results/banks/per_object \
+                            --features results/features/resnet152/per_object.npy
         image-context prompts; each image is shown as <image ID: K tokens> (bank row ID).
 """
 
