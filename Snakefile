@@ -12,6 +12,7 @@ include: "workflow/rules/vision.smk"
 include: "workflow/rules/train.smk"
 include: "workflow/rules/evaluate.smk"
 include: "workflow/rules/figures.smk"
+include: "workflow/rules/interp.smk"
 
 
 rule all:
@@ -22,3 +23,5 @@ rule all:
         rules.fig8.output.pdf,
         rules.ood_table.output.csv,
         rules.training_table.output.csv,
+        rules.circuits.output.csv,
+        expand("results/figures/{fig}.pdf", fig=INTERP_FIGURES),

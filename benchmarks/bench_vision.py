@@ -7,8 +7,8 @@
    float16 memmap write) vs a raw timm `forward_features` on the same, already decoded batches, for each
    default encoder of config/config.yaml with random weights (no hub here), fp32 and bf16 autocast;
 2. one training step on image-context prompts (8 objects, one image per object) vs a text step (8
-   objects), for the Table 2 model and the mini model, with each encoder's full patch grid and pooled
-   to 2x2 tokens per image.
+   objects), for the Table 2 model and the mini model (each with its config's projector width), with
+   each encoder's full patch grid and pooled to 2x2 tokens per image.
 Run it when nothing else runs: on a busy 2-core box timings are noise.
 """
 
@@ -32,7 +32,6 @@ from vlbind.train import TrainConfig, answer_logits, make_optimizer
 
 ROOT = Path(__file__).resolve().parents[1]
 SPEC = StageSpec(n_colors=8, n_shapes=13, n_items=8, min_pairs=8, max_pairs=8, shuffle=True)
-MINI = ModelConfig(n_layers=6, d_model=64, d_ff=256, n_heads=4)
 
 
 def bench_extraction(name: str, spec: EncoderSpec, image_dir: Path, n: int, batch: int) -> list[str]:
@@ -85,6 +84,7 @@ def main() -> None:
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     config = yaml.safe_load((ROOT / "config" / "config.yaml").read_text())
+    mini = yaml.safe_load((ROOT / "config" / "mini.yaml").read_text())
     names = args.encoders or config["vision"]["encoders"]
     specs = {n: EncoderSpec.from_dict({**config["encoders"][n], "pretrained": False}) for n in names}
     print(f"threads={args.threads} torch={torch.__version__} random-weight encoders, 224x224 renderings")
@@ -102,24 +102,26 @@ def main() -> None:
     objects = layout_objects(RenderConfig(variants=1))
     rng = np.random.default_rng(0)
     print("\ntraining step, 8 objects, batch 32, fp32 (image: one image per object):\n"
-          "| model | context | tokens per image | image dim | prompt length | s/step | image / text step |\n"
-          "|---|---|---|---|---|---|---|")
-    for label, mcfg in (("Table 2", ModelConfig()), ("mini", MINI)):
+          "| model | projector mult | context | tokens/image | image dim | prompt length | s/step | image / text |\n"
+          "|---|---|---|---|---|---|---|---|")
+    scales = (("Table 2", ModelConfig(), config["projector"]["mult"]),
+              ("mini", ModelConfig(**mini["model"]), mini["projector"]["mult"]))
+    for label, mcfg, mult in scales:
         torch.manual_seed(0)
         text_model = Transformer(mcfg)
         text_batches = [generate(SPEC, 32, rng, modality=TEXT) for _ in range(args.steps + 2)]
         t_text = step_seconds(text_model, text_batches, None, args.steps)
-        print(f"| {label} | text | - | - | {text_batches[0].tokens.shape[1]} | {t_text:.3f} | 1.00x |", flush=True)
+        print(f"| {label} | - | text | - | - | {text_batches[0].tokens.shape[1]} | {t_text:.3f} | 1.00x |", flush=True)
         for name in names:
             dims = {"resnet152": (49, 2048)}.get(name, (196, 768))
             for tokens in (dims[0], 4):
                 feats = np.random.default_rng(1).standard_normal((104, tokens, dims[1])).astype(np.float16)
                 bank = ImageBank("per_object", objects, feats, {})
                 torch.manual_seed(0)
-                model = Transformer(mcfg).attach_projector(dims[1], mult=2.0)
+                model = Transformer(mcfg).attach_projector(dims[1], mult=mult)
                 batches = [generate(SPEC, 32, rng, modality=IMAGE, bank=bank) for _ in range(args.steps + 2)]
                 t = step_seconds(model, batches, bank, args.steps)
-                print(f"| {label} | image ({name}) | {tokens} | {dims[1]} | {batches[0].tokens.shape[1]} | "
+                print(f"| {label} | {mult} | image ({name}) | {tokens} | {dims[1]} | {batches[0].tokens.shape[1]} | "
                       f"{t:.3f} | {t / t_text:.2f}x |", flush=True)
 
 

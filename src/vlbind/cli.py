@@ -24,7 +24,13 @@ def setup_logging(path: str | None = None, level=logging.INFO) -> logging.Logger
     handler = logging.FileHandler(path, mode="w") if path else logging.StreamHandler(sys.stderr)
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s",
                         handlers=[handler], force=True)
-    return logging.getLogger("vlbind")
+    log = logging.getLogger("vlbind")
+    if path:  # a rule's failure shows in its log file, not only in Snakemake's output
+        def excepthook(kind, value, tb):
+            log.critical("failed", exc_info=(kind, value, tb))
+            sys.__excepthook__(kind, value, tb)
+        sys.excepthook = excepthook
+    return log
 
 
 def _sample(args) -> int:

@@ -5,6 +5,10 @@ training range shaded, each variant's OOD average (mean over runs of the per-run
 Runs marked diverged by the evaluation (evaluate.divergence) are left out of means and counted in the legend.
 fig7: example renderings from the image bank.
 fig8: one panel per variant with every run drawn individually (appendix E), diverged runs dashed.
+fig4 / fig9: interchange label shares per layer, per variant (mean over runs) / per run with its circuit.
+fig10: attention-knockout accuracy drops per variant (role x role matrix, and appendix G's matching edges).
+fig11: probe decodability per layer, one panel per role, per variant (color of the bound object).
+fig_layer_relevance: per block, input/output cosine similarity vs the accuracy drop when it is skipped.
 """
 
 from __future__ import annotations
@@ -133,6 +137,118 @@ def fig7(objects: pd.DataFrame, image_dir: Path, path: str | Path, n: int = 24, 
         o = objects[objects["image"] == image]
         ax.set_title("\n".join(f"color{r.color:04d} {r.shape_name}" for r in o.itertuples()), fontsize=5)
     fig.suptitle(f"Rendered context images ({len(objects['image'].unique())} in the bank)", fontsize=9)
+    _save(fig, path)
+
+
+LABEL_COLORS = {"positional": "tab:blue", "color_key": "tab:green", "shape_key": "tab:olive",
+                "reflexive": "tab:purple", "no_effect": "0.8", "mixed": "tab:red"}
+
+
+def _label_bars(ax, shares: pd.DataFrame) -> None:
+    """Stacked bars of label shares per layer; shares: index layer, columns labels."""
+    bottom = np.zeros(len(shares))
+    for label, color in LABEL_COLORS.items():
+        if label in shares:
+            ax.bar(shares.index, shares[label], bottom=bottom, color=color, label=label, width=0.85)
+            bottom += shares[label].to_numpy()
+    ax.set(xlabel="layer (residual stream entering it)", ylim=(0, 1))
+
+
+def _shares(df: pd.DataFrame) -> pd.DataFrame:
+    return df.pivot_table(index="layer", columns="label", values="fraction", aggfunc="mean").fillna(0.0)
+
+
+def fig4(df: pd.DataFrame, path, note: str = "", circuits: pd.DataFrame | None = None) -> None:
+    variants = _variants(df)
+    fig, axes = plt.subplots(1, len(variants), figsize=(3.6 * len(variants), 3.2), sharey=True, squeeze=False)
+    for ax, v in zip(axes[0], variants):
+        d = df[df["variant"] == v]
+        _label_bars(ax, _shares(d))
+        kept = d.groupby("run")["pairs_kept"].first().sum()
+        ax.set_title(f"{v} ({d['run'].nunique()} runs, {kept} pairs)", fontsize=8)
+    axes[0][0].set_ylabel("share of patched answers")
+    axes[0][-1].legend(fontsize=6, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    fig.suptitle("Interchange interventions: binding mechanism per layer" + (f"\n{note}" if note else ""), fontsize=9)
+    _save(fig, path)
+
+
+def fig9(df: pd.DataFrame, path, note: str = "", circuits: pd.DataFrame | None = None) -> None:
+    runs = df[["variant", "run"]].drop_duplicates().to_numpy().tolist()
+    cols = min(4, len(runs))
+    rows = -(-len(runs) // cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(3.2 * cols, 2.6 * rows), sharey=True, squeeze=False)
+    for ax in axes.flat[len(runs):]:
+        ax.axis("off")
+    labels = {} if circuits is None else {(r.variant, r.run): r for r in circuits.itertuples()}
+    for ax, (v, run) in zip(axes.flat, runs):
+        _label_bars(ax, _shares(df[(df["variant"] == v) & (df["run"] == run)]))
+        c = labels.get((v, run))
+        extra = "" if c is None else f"\n{c.circuit}, first spike at layer {c.spike_layer}"
+        ax.set_title(f"{v} / {run}{extra}", fontsize=7)
+    axes.flat[0].legend(fontsize=5)
+    fig.suptitle("Interchange interventions per run" + (f"\n{note}" if note else ""), fontsize=9)
+    _save(fig, path)
+
+
+def fig10(df: pd.DataFrame, path, note: str = "", circuits: pd.DataFrame | None = None) -> None:
+    variants = _variants(df)
+    fig, axes = plt.subplots(2, len(variants), figsize=(3.8 * len(variants), 6.6), squeeze=False,
+                             gridspec_kw={"height_ratios": [3, 2]})
+    for k, v in enumerate(variants):
+        d = df[df["variant"] == v]
+        role = d[d["kind"] == "role"].pivot_table(index="source", columns="target", values="drop", aggfunc="mean")
+        sns.heatmap(role, ax=axes[0][k], cmap="Reds", vmin=0, vmax=max(0.05, float(np.nanmax(role.to_numpy()))),
+                    annot=True, fmt=".2f", annot_kws={"fontsize": 5}, cbar=False)
+        base = d["baseline"].mean()
+        axes[0][k].set_title(f"{v}: accuracy drop (baseline {base:.2f})", fontsize=8)
+        axes[0][k].set(xlabel="target (attended to)", ylabel="source (attends)")
+        m = d[d["kind"] == "matching"].groupby(["source", "target"], sort=False)["drop"].mean()
+        axes[1][k].barh([f"{s} -> {t}" for s, t in m.index], m.to_numpy(), color="tab:red")
+        axes[1][k].set(xlabel="accuracy drop", title="matching edges (same object)")
+        axes[1][k].tick_params(labelsize=6)
+    fig.suptitle("Attention knockouts, all layers" + (f"\n{note}" if note else ""), fontsize=9)
+    _save(fig, path)
+
+
+def fig11(df: pd.DataFrame, path, note: str = "", circuits: pd.DataFrame | None = None) -> None:
+    variants, roles = _variants(df), list(dict.fromkeys(df["role"]))
+    attr_colors = {"slot": "tab:blue", "color": "tab:green", "shape": "tab:olive", "item": "tab:purple"}
+    fig, axes = plt.subplots(len(variants), len(roles), figsize=(2.4 * len(roles), 2.1 * len(variants)),
+                             sharey=True, sharex=True, squeeze=False)
+    for i, v in enumerate(variants):
+        for j, role in enumerate(roles):
+            ax = axes[i][j]
+            d = df[(df["variant"] == v) & (df["role"] == role)]
+            for attr, color in attr_colors.items():
+                a = d[d["attribute"] == attr].groupby("layer")[["accuracy", "chance"]].mean()
+                ax.plot(a.index, a["accuracy"], color=color, lw=1, label=attr)
+                ax.plot(a.index, a["chance"], color=color, lw=0.6, ls=":")
+            ax.set_ylim(0, 1.02)
+            if i == 0:
+                ax.set_title(role, fontsize=8)
+            if j == 0:
+                ax.set_ylabel(f"{v}\ndecodable", fontsize=7)
+    axes[0][-1].legend(fontsize=6)
+    for ax in axes[-1]:
+        ax.set_xlabel("layer")
+    fig.suptitle("Linear probes: what each position's residual stream holds (dotted: chance)"
+                 + (f"\n{note}" if note else ""), fontsize=9)
+    _save(fig, path)
+
+
+def fig_layer_relevance(df: pd.DataFrame, path, note: str = "", circuits: pd.DataFrame | None = None) -> None:
+    variants = _variants(df)
+    fig, axes = plt.subplots(1, len(variants), figsize=(3.6 * len(variants), 3.2), squeeze=False)
+    for ax, v in zip(axes[0], variants):
+        d = df[df["variant"] == v]
+        for run, r in d.groupby("run"):
+            ax.scatter(r["cosine"], r["drop"], s=12, label=run)
+        rho = d.groupby("run")["spearman_cosine_drop"].first()
+        ax.set(xlabel="cos(block input, block output)", title=f"{v}: Spearman {rho.mean():+.2f} (mean over runs)")
+        ax.title.set_fontsize(8)
+    axes[0][0].set_ylabel("accuracy drop when the block is skipped")
+    axes[0][-1].legend(fontsize=6)
+    fig.suptitle("Layer relevance: similarity vs removal" + (f"\n{note}" if note else ""), fontsize=9)
     _save(fig, path)
 
 

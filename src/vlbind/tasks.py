@@ -172,7 +172,6 @@ def generate(spec: StageSpec, batch_size: int, rng: np.random.Generator, *, n_pa
         raise ValueError("image-context prompts (image_fraction > 0 or modality=IMAGE) need an image bank")
     gap = np.where(noisy & ~pictured, spec.noise_tokens, 0)
 
-    K = bank.tokens_per_image if bank is not None else 0
     picture = np.full((B, P), -1, dtype=np.int64)  # image per slot (per_object) or per prompt (column 0, canvas)
     if pictured.any() and bank.layout == "canvas":
         canvases = bank.sample_canvases(n[pictured], rng)
@@ -185,6 +184,26 @@ def generate(spec: StageSpec, batch_size: int, rng: np.random.Generator, *, n_pa
     colors = np.where(valid, vocab.color_offset + color_idx, -1)
     shapes = np.where(valid, vocab.shape_offset + shape_idx, -1)
     items[~valid] = -1
+    batch = assemble(n, colors, shapes, items, order, query_slot, task_, by, gap, modal, picture, bank, vocab)
+    return _materialize(batch, vocab) if materialize_noise else batch
+
+
+def assemble(n, colors, shapes, items, order, query_slot, task, query_by, gap, modality=None, pictures=None,
+             bank: ImageBank | None = None, vocab: Vocab = VOCAB) -> Batch:
+    """Lay out prompts from their bindings (the inverse of reading a Batch's binding fields).
+
+    colors / shapes / items: (B, P) token ids per slot, -1 beyond n; order: (B, P) slot of each association
+    entry; gap: noise positions between context pairs. Image contexts (modality IMAGE) need `pictures`,
+    the bank row per slot (per_object) or per prompt in column 0 (canvas). `generate` samples the
+    bindings; analyses call this directly to build counterfactual prompts.
+    """
+    B, P = colors.shape
+    modal = np.full(B, TEXT, dtype=np.int64) if modality is None else modality
+    pictured = modal == IMAGE
+    task_, by, q = task, query_by, query_slot
+    valid = np.arange(P)[None, :] < n[:, None]
+    K = bank.tokens_per_image if bank is not None else 0
+    picture = pictures
     if bank is not None and bank.layout == "canvas":
         ctx = np.where(pictured, K, 2 * n)
     else:
@@ -227,7 +246,6 @@ def generate(spec: StageSpec, batch_size: int, rng: np.random.Generator, *, n_pa
     put(r[more], start[more] + 2, vocab.sep, Role.SEP)
 
     answer_pos = length - 1
-    q = query_slot
     put(rows, answer_pos - 2, vocab.question, Role.QUESTION)
     put(rows, answer_pos - 1, np.where(by == BY_COLOR, colors[rows, q], shapes[rows, q]), Role.QUERY, q)
     put(rows, answer_pos, vocab.answer, Role.ANSWER)
@@ -237,8 +255,8 @@ def generate(spec: StageSpec, batch_size: int, rng: np.random.Generator, *, n_pa
     t = np.arange(T)[None, :]
     positions = t + gap[:, None] * np.minimum(t // 2, n[:, None] - 1)
     batch = Batch(tokens, positions, roles, slots, answer_pos, target, n, colors, shapes, items, order,
-                  query_slot, task_, by, gap, modal, image_ids, patches)
-    return _materialize(batch, length, vocab) if materialize_noise else batch
+                  q, task_, by, gap, modal, image_ids, patches)
+    return batch
 
 
 def batch_sizes(total: int, size: int) -> list[int]:
@@ -259,9 +277,10 @@ def _choice(rng, B, fraction, fixed, yes, no) -> np.ndarray:
     return np.where(rng.random(B) < fraction, yes, no).astype(np.int64)
 
 
-def _materialize(b: Batch, length: np.ndarray, vocab: Vocab) -> Batch:
+def _materialize(b: Batch, vocab: Vocab) -> Batch:
     """Write noise out as [NOISE] tokens at the positions the jumps leave empty."""
     B, T = b.tokens.shape
+    length = b.answer_pos + 1
     full_len = length + b.noise * (b.n_pairs - 1)
     Tm = int(full_len.max())
     inside = np.arange(Tm)[None, :] < full_len[:, None]

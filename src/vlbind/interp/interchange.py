@@ -1,0 +1,225 @@
+"""Interchange interventions that tell binding mechanisms apart (paper, section 5.2 and appendix F; the
+method of Gur-Arieh, Geva & Geiger 2025, "Mixing Mechanisms", adapted to the two-hop task).
+
+From an original prompt (query slot q) we build a counterfactual in which every mechanism predicts a
+different item once the counterfactual's residual stream at [ANSWER] (entering block L) is patched into
+the original run. With distinct slots q, c, w, x, s:
+
+- the counterfactual's queried color is the original color of slot w, placed at slot c (colors of c and
+  w swapped);
+- the shape at slot c is the original shape of slot x (shapes of c and x swapped);
+- that shape's item is the original item of slot s (items of shapes x and s swapped).
+
+So the counterfactual is a valid prompt whose answer is item(s), and the patched original run predicts:
+
+    positional  item of the original shape at slot c   (the patch carries "the c-th object")
+    color_key   item of shape w                         (it carries the color, matched again)
+    shape_key   item of shape x                         (it carries the shape)
+    reflexive   item of shape s                         (it carries the answer itself)
+    no_effect   item of shape q                         (it carries nothing that matters)
+
+and anything else is `mixed`. Predictions are the argmax over the items present in the prompt. Pairs the
+model gets wrong (original or counterfactual, unpatched) are dropped and counted.
+Following appendix F, the first layer where patching has an effect shows the mechanism; a reflexive label
+late in the network is a readout of an answer already computed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+import torch
+
+from ..model import Transformer
+from ..tasks import BY_COLOR, RETRIEVAL, Batch, StageSpec, assemble, generate
+from ..train import model_inputs
+
+MECHANISMS = ("positional", "color_key", "shape_key", "reflexive", "no_effect")
+LABELS = (*MECHANISMS, "mixed")
+# Text prompts of the full vocabulary with 5..8 objects (five distinct slots), shuffled associations.
+INTERCHANGE_SPEC = StageSpec(n_colors=216, n_shapes=216, n_items=32, min_pairs=5, max_pairs=8, shuffle=True)
+
+
+@dataclass
+class Pairs:
+    original: Batch
+    counterfactual: Batch
+    slots: np.ndarray  # (B, 5): q, c, w, x, s
+    predictions: np.ndarray  # (B, 5): item token id each mechanism predicts, in MECHANISMS order
+
+    def __len__(self) -> int:
+        return len(self.original)
+
+
+def make_pairs(batch_size: int, rng: np.random.Generator, spec: StageSpec = INTERCHANGE_SPEC) -> Pairs:
+    """Original prompts (query by color, no noise) and their counterfactuals, built as the module says."""
+    if spec.min_pairs < 5:
+        raise ValueError(f"interchange pairs need >= 5 objects per prompt (five distinct slots), spec has "
+                         f"min_pairs={spec.min_pairs}")
+    o = generate(spec, batch_size, rng, task=RETRIEVAL, query_by=BY_COLOR, noise=False)
+    B, P = o.colors.shape
+    rows = np.arange(B)
+    keys = np.where(np.arange(P)[None, :] < o.n_pairs[:, None], rng.random((B, P)), 2.0)
+    keys[rows, o.query_slot] = -1.0  # q first, then four other distinct slots
+    q, c, w, x, s = np.argsort(keys, axis=1)[:, :5].T
+    colors, shapes, items = o.colors.copy(), o.shapes.copy(), o.items.copy()
+    colors[rows, c], colors[rows, w] = o.colors[rows, w], o.colors[rows, c]
+    shapes[rows, c], shapes[rows, x] = o.shapes[rows, x], o.shapes[rows, c]
+    # items follow shapes: slot c now shows shape x, which gets item s; slot x shows shape c (keeps item c);
+    # shape s (still at slot s) gets item x
+    items[rows, c], items[rows, x], items[rows, s] = o.items[rows, s], o.items[rows, c], o.items[rows, x]
+    cf = assemble(o.n_pairs, colors, shapes, items, o.association_order, c, o.task, o.query_by, o.noise)
+    predictions = np.stack([o.items[rows, c], o.items[rows, w], o.items[rows, x], o.items[rows, s],
+                            o.items[rows, q]], axis=1)
+    return Pairs(o, cf, np.stack([q, c, w, x, s], axis=1), predictions)
+
+
+def label_predictions(predicted: np.ndarray, predictions: np.ndarray) -> np.ndarray:
+    """Label index (into LABELS) of each predicted item: the mechanism that predicts it, else mixed."""
+    match = predicted[..., None] == predictions  # (..., 5)
+    return np.where(match.any(-1), match.argmax(-1), LABELS.index("mixed"))
+
+
+def _resid_hook_name(model: Transformer, layer: int) -> str:
+    """The residual stream entering block `layer`; layer == n_layers is the stream after the last block."""
+    n = model.cfg.n_layers
+    return f"blocks.{layer}.hook_resid_pre" if layer < n else f"blocks.{n - 1}.hook_resid_post"
+
+
+@torch.no_grad()
+def answer_residuals(model: Transformer, batch: Batch, layers: list[int], device="cpu") -> torch.Tensor:
+    """(len(layers), B, d) residual stream at each prompt's [ANSWER] position entering each layer."""
+    rows = torch.arange(len(batch), device=device)
+    ans = torch.as_tensor(batch.answer_pos, device=device)
+    store = {}
+
+    def grab(layer):
+        def fn(x, name):
+            store[layer] = x[rows, ans].clone()
+        return fn
+
+    tokens, positions, _ = model_inputs(batch, device)
+    with model.hooks([(_resid_hook_name(model, layer), grab(layer)) for layer in layers]):
+        model.residual(tokens, positions)
+    return torch.stack([store[layer] for layer in layers])
+
+
+@torch.no_grad()
+def patched_answer_logits(model: Transformer, batch: Batch, layers: list[int], values: torch.Tensor,
+                          device="cpu") -> torch.Tensor:
+    """(len(layers), B, vocab) answer logits of `batch` with the [ANSWER] residual entering layer
+    layers[i] replaced by values[i] (B, d), all layers in one forward pass over a stacked batch."""
+    L, B = len(layers), len(batch)
+    tokens, positions, _ = model_inputs(batch, device)
+    tokens, positions = tokens.repeat(L, 1), positions.repeat(L, 1)
+    ans = torch.as_tensor(batch.answer_pos, device=device).repeat(L)
+    by_name: dict[str, list[int]] = {}
+    for i, layer in enumerate(layers):
+        by_name.setdefault(_resid_hook_name(model, layer), []).append(i)
+
+    def patch(groups):
+        rows = torch.cat([torch.arange(g * B, (g + 1) * B, device=device) for g in groups])
+        vals = torch.cat([values[g] for g in groups])
+
+        def fn(x, name):
+            x = x.clone()
+            x[rows, ans[rows]] = vals.to(x.dtype)
+            return x
+        return fn
+
+    with model.hooks([(name, patch(groups)) for name, groups in by_name.items()]):
+        resid = model.residual(tokens, positions)
+    logits = model.logits(resid[torch.arange(L * B, device=device), ans])
+    return logits.view(L, B, -1)
+
+
+def item_argmax(logits: torch.Tensor, batch: Batch) -> np.ndarray:
+    """Argmax over the items present in each prompt; logits (..., B, vocab) -> (..., B) item token ids."""
+    items = torch.as_tensor(np.where(batch.items >= 0, batch.items, batch.items.max()), device=logits.device)
+    scores = logits.gather(-1, items.expand(*logits.shape[:-1], items.shape[-1]))
+    scores = scores.masked_fill(torch.as_tensor(batch.items < 0, device=logits.device), float("-inf"))
+    return items.expand_as(scores).gather(-1, scores.argmax(-1, keepdim=True)).squeeze(-1).cpu().numpy()
+
+
+@torch.no_grad()
+def sweep(model: Transformer, n_pairs: int, seed: int, batch_size: int = 128, device="cpu",
+          layers: list[int] | None = None) -> tuple[pd.DataFrame, dict]:
+    """Label shares per layer: tidy rows (layer, label, fraction, count). Returns (table, info) where
+    info counts generated, kept and dropped pairs."""
+    model.eval()
+    layers = list(range(model.cfg.n_layers + 1)) if layers is None else layers
+    rng = np.random.default_rng([seed, 0x1C])
+    counts = np.zeros((len(layers), len(LABELS)), dtype=np.int64)
+    generated = kept = 0
+    while generated < n_pairs:
+        pairs = make_pairs(min(batch_size, n_pairs - generated), rng)
+        generated += len(pairs)
+        o, cf = pairs.original, pairs.counterfactual
+        ok = (_unpatched_items(model, o, device) == o.target) & (_unpatched_items(model, cf, device) == cf.target)
+        if not ok.any():
+            continue
+        o, cf, preds = _select(o, ok), _select(cf, ok), pairs.predictions[ok]
+        kept += int(ok.sum())
+        values = answer_residuals(model, cf, layers, device)
+        predicted = item_argmax(patched_answer_logits(model, o, layers, values, device), o)  # (L, B)
+        labels = label_predictions(predicted, preds[None])
+        for i in range(len(layers)):
+            counts[i] += np.bincount(labels[i], minlength=len(LABELS))
+    rows = [{"layer": layer, "label": label, "count": int(counts[i, j]),
+             "fraction": counts[i, j] / max(kept, 1)}
+            for i, layer in enumerate(layers) for j, label in enumerate(LABELS)]
+    return pd.DataFrame(rows), {"generated": generated, "kept": kept, "dropped": generated - kept}
+
+
+def _unpatched_items(model, batch, device) -> np.ndarray:
+    tokens, positions, _ = model_inputs(batch, device)
+    resid = model.residual(tokens, positions)
+    rows = torch.arange(len(batch), device=device)
+    logits = model.logits(resid[rows, torch.as_tensor(batch.answer_pos, device=device)])
+    return item_argmax(logits, batch)
+
+
+def _select(b: Batch, keep: np.ndarray) -> Batch:
+    return Batch(**{k: (v[keep] if isinstance(v, np.ndarray) else v) for k, v in vars(b).items()})
+
+
+def first_spike(table: pd.DataFrame, threshold: float = 0.5) -> int | None:
+    """The first layer where patching changes the answer in at least `threshold` of the pairs (None if
+    none does, or no pair was kept because the model solves none)."""
+    if table["count"].sum() == 0:
+        return None
+    effect = 1 - table[table["label"] == "no_effect"].set_index("layer")["fraction"].sort_index()
+    hit = effect[effect >= threshold]
+    return int(hit.index[0]) if len(hit) else None
+
+
+CIRCUITS = {"positional": "Positional", "color_key": "Symbolic-A", "shape_key": "Symbolic-B"}
+
+
+def circuit_label(interchange: pd.DataFrame, probes: pd.DataFrame, spike_threshold: float = 0.5,
+                  probe_margin: float = 0.2) -> dict:
+    """Label one run Positional, Symbolic-A (color key) or Symbolic-B (shape key); the documented rule:
+
+    1. interchange: at the first layer where patching changes the answer in >= spike_threshold of the
+       pairs (appendix F: the first spike is the mechanism), the largest of the positional, color-key and
+       shape-key shares names the circuit. No spike -> "none"; if reflexive or mixed outweighs all three
+       there, the mechanism is not visible at the spike -> "unresolved".
+    2. probes (appendix G): the symbolic circuits bind color into the context shape token, so the best
+       layer's accuracy of decoding color at the context shape exceeds chance by >= probe_margin. The
+       label is kept either way; `probes_agree` says whether the probe signature matches it.
+    """
+    spike = first_spike(interchange, spike_threshold)
+    binding = probes[(probes["role"] == "context shape") & (probes["attribute"] == "color")]
+    margin = float((binding["accuracy"] - binding["chance"]).max()) if len(binding) else float("nan")
+    at_spike = interchange[interchange["layer"] == spike].set_index("label")["fraction"]
+    shares = {k: float(at_spike.get(k, 0.0)) for k in LABELS}
+    out = {"spike_layer": spike, "color_at_context_shape": margin, **{f"share_{k}": v for k, v in shares.items()}}
+    if spike is None:
+        return {**out, "circuit": "none", "probes_agree": None}
+    best = max(CIRCUITS, key=shares.get)
+    if max(shares["reflexive"], shares["mixed"]) > shares[best]:
+        return {**out, "circuit": "unresolved", "probes_agree": None}
+    symbolic = best != "positional"
+    return {**out, "circuit": CIRCUITS[best], "probes_agree": symbolic == (margin >= probe_margin)}

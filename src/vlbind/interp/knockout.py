@@ -1,0 +1,95 @@
+"""Attention knockouts (paper, appendix G.1): forbid attention from every position of a source kind to
+every position of a target kind, in all layers and heads, and measure the accuracy drop.
+
+Two families of edges:
+- role to role: e.g. every association item may not attend to any context color;
+- matching edges of appendix G, restricted to the same object slot: query -> its context color,
+  query -> its context shape, association shape -> its context shape, association item -> its
+  association shape, context shape -> its context color, [ANSWER] -> query, [ANSWER] -> the
+  association item of the queried object.
+A position always keeps attending to itself (so no attention row is empty); a knocked-out edge that no
+prompt contains (the target never precedes the source) is reported as NaN.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import torch
+
+from ..model import Transformer, knockout_hook
+from ..tasks import BY_COLOR, RETRIEVAL, Batch, Role, StageSpec, batch_sizes, generate
+from ..train import model_inputs
+
+# Text prompts of <= 8 objects queried by color, as the paper analyses (full vocabulary, shuffled).
+ANALYSIS_SPEC = StageSpec(n_colors=216, n_shapes=216, n_items=32, min_pairs=2, max_pairs=8, shuffle=True)
+ROLES = {"context color": Role.CONTEXT_COLOR, "context shape": Role.CONTEXT_SHAPE,
+         "association shape": Role.ASSOCIATION_KEY, "association item": Role.ASSOCIATION_ITEM,
+         "query": Role.QUERY, "answer": Role.ANSWER}
+# (source, target, same slot?) of appendix G's matching edges; [ANSWER]'s slot is the queried object's.
+MATCHING = [("query", "context color"), ("query", "context shape"), ("association shape", "context shape"),
+            ("association item", "association shape"), ("context shape", "context color"),
+            ("answer", "query"), ("answer", "association item")]
+
+
+def analysis_prompts(n: int, seed: int, batch_size: int = 256, spec: StageSpec = ANALYSIS_SPEC) -> list[Batch]:
+    rng = np.random.default_rng([seed, 0x40])
+    return [generate(spec, size, rng, task=RETRIEVAL, query_by=BY_COLOR, noise=False)
+            for size in batch_sizes(n, batch_size)]
+
+
+def slot_of_positions(batch: Batch) -> np.ndarray:
+    """(B, T) object slot per position, with [ANSWER] given the queried slot."""
+    slots = batch.slots.astype(np.int64)
+    rows = np.arange(len(batch))
+    slots[rows, batch.answer_pos] = batch.query_slot
+    return slots
+
+
+def edge_mask(batch: Batch, source: str, target: str, matching: bool) -> np.ndarray:
+    """(B, T, T) bool [query position, key position]: the attention edges to forbid (causal ones only)."""
+    roles = batch.roles
+    src = roles == ROLES[source]
+    tgt = roles == ROLES[target]
+    mask = src[:, :, None] & tgt[:, None, :]
+    if matching:
+        slots = slot_of_positions(batch)
+        mask &= slots[:, :, None] == slots[:, None, :]
+    T = roles.shape[1]
+    return mask & np.tril(np.ones((T, T), dtype=bool), k=-1)[None]  # causal, never the diagonal
+
+
+@torch.no_grad()
+def accuracy_with_knockout(model: Transformer, batches: list[Batch], masks: list[np.ndarray] | None,
+                           device="cpu") -> float:
+    """Answer accuracy with the given (B, T, T) blocked-attention masks applied in every layer."""
+    model.eval()
+    hits = total = 0
+    names = [f"blocks.{i}.attn.hook_attn_scores" for i in range(model.cfg.n_layers)]
+    for k, b in enumerate(batches):
+        tokens, positions, _ = model_inputs(b, device)
+        hooks = [] if masks is None else [(n, knockout_hook(torch.as_tensor(masks[k], device=device))) for n in names]
+        with model.hooks(hooks):
+            resid = model.residual(tokens, positions)
+        rows = torch.arange(len(b), device=device)
+        pred = model.logits(resid[rows, torch.as_tensor(b.answer_pos, device=device)]).argmax(-1).cpu().numpy()
+        hits += int((pred == b.target).sum())
+        total += len(b)
+    return hits / total
+
+
+def knockout_table(model: Transformer, n_prompts: int, seed: int, device="cpu") -> pd.DataFrame:
+    """One row per knocked-out edge: kind (role / matching), source, target, accuracy, baseline, drop."""
+    batches = analysis_prompts(n_prompts, seed)
+    baseline = accuracy_with_knockout(model, batches, None, device)
+    edges = [("role", s, t) for s in ROLES for t in ROLES if s != t] + [("matching", s, t) for s, t in MATCHING]
+    rows = []
+    for kind, source, target in edges:
+        masks = [edge_mask(b, source, target, kind == "matching") for b in batches]
+        if not any(m.any() for m in masks):
+            acc = float("nan")
+        else:
+            acc = accuracy_with_knockout(model, batches, masks, device)
+        rows.append({"kind": kind, "source": source, "target": target, "accuracy": acc, "baseline": baseline,
+                     "drop": baseline - acc})
+    return pd.DataFrame(rows)

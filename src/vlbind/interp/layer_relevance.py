@@ -1,0 +1,64 @@
+"""Layer relevance (the companion abstract, shared/paper/layer-relevance-abstract.txt): for each block,
+the cosine similarity between the residual stream entering and leaving it (a common proxy for how much a
+layer matters) and the accuracy drop when the block is skipped (what it does matter), with their rank
+correlation. A good proxy would give a strongly negative correlation: high similarity, small drop.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import torch
+import torch.nn.functional as F
+
+from ..model import Transformer, skip_block_hooks
+from ..tasks import Batch, Role
+from ..train import model_inputs
+from .knockout import accuracy_with_knockout, analysis_prompts
+
+
+@torch.no_grad()
+def block_cosines(model: Transformer, batches: list[Batch], device="cpu") -> np.ndarray:
+    """(n_layers,) mean cosine similarity between each block's input and output residual stream, over all
+    non-padding positions of `batches`."""
+    model.eval()
+    L = model.cfg.n_layers
+    sums, count = np.zeros(L), 0
+    for b in batches:
+        store = {}
+        names = [f"blocks.{i}.hook_resid_{w}" for i in range(L) for w in ("pre", "post")]
+        tokens, positions, _ = model_inputs(b, device)
+        with model.hooks([(n, lambda x, name: store.__setitem__(name, x)) for n in names]):
+            model.residual(tokens, positions)
+        real = torch.as_tensor(b.roles != Role.PAD, device=device)
+        for i in range(L):
+            cos = F.cosine_similarity(store[f"blocks.{i}.hook_resid_pre"], store[f"blocks.{i}.hook_resid_post"], dim=-1)
+            sums[i] += float(cos[real].sum())
+        count += int(real.sum())
+    return sums / count
+
+
+@torch.no_grad()
+def skip_accuracy(model: Transformer, batches: list[Batch], layer: int | None, device="cpu") -> float:
+    """Answer accuracy with block `layer` bypassed (None: nothing skipped)."""
+    hooks = [] if layer is None else skip_block_hooks(layer)
+    with model.hooks(hooks):
+        return accuracy_with_knockout(model, batches, None, device)
+
+
+def layer_relevance_table(model: Transformer, n_prompts: int, seed: int, device="cpu") -> tuple[pd.DataFrame, float]:
+    """Rows (layer, cosine, accuracy_skipped, baseline, drop) and the Spearman correlation of cosine and drop."""
+    batches = analysis_prompts(n_prompts, seed)
+    baseline = skip_accuracy(model, batches, None, device)
+    cos = block_cosines(model, batches, device)
+    rows = [{"layer": i, "cosine": float(cos[i]), "accuracy_skipped": (a := skip_accuracy(model, batches, i, device)),
+             "baseline": baseline, "drop": baseline - a} for i in range(model.cfg.n_layers)]
+    table = pd.DataFrame(rows)
+    return table, spearman(table["cosine"], table["drop"])
+
+
+def spearman(a: pd.Series, b: pd.Series) -> float:
+    """Rank correlation (Pearson on average ranks); NaN when either side is constant."""
+    if a.nunique() < 2 or b.nunique() < 2:
+        return float("nan")
+    return float(a.rank().corr(b.rank()))

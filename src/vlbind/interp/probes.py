@@ -1,0 +1,107 @@
+"""Linear probes (paper, appendix G.1): at every layer and at every position of a role, decode the slot
+index, color, shape and item of the object that position is bound to, with a linear classifier trained
+on one set of prompts and scored on another.
+
+"Bound to": a context color/shape or association shape/item belongs to its object's slot; the query and
+[ANSWER] belong to the queried object. Layer L is the residual stream entering block L (L = n_layers:
+after the last block). Chance is the held-out accuracy of always guessing the most frequent training label.
+Classifiers for all layers of one (role, attribute) are trained together as one batched softmax
+regression (full-batch Adam, L2-regularised), which is what makes a whole sweep take seconds.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+import torch
+import torch.nn.functional as F
+
+from ..model import Transformer
+from ..tasks import Batch
+from ..train import model_inputs
+from .knockout import ROLES, analysis_prompts, slot_of_positions
+
+PROBE_ROLES = ("context color", "context shape", "association shape", "association item", "query", "answer")
+ATTRIBUTES = ("slot", "color", "shape", "item")
+
+
+@dataclass(frozen=True)
+class ProbeConfig:
+    train_prompts: int = 2048
+    test_prompts: int = 512
+    steps: int = 300
+    lr: float = 0.05
+    weight_decay: float = 1e-3
+    seed: int = 0
+
+
+@torch.no_grad()
+def collect(model: Transformer, batches: list[Batch], device="cpu") -> dict[str, tuple[np.ndarray, dict]]:
+    """Per role: residuals (L+1, N, d) at its positions and the labels (N,) of each attribute."""
+    model.eval()
+    L = model.cfg.n_layers
+    names = [f"blocks.{i}.hook_resid_pre" for i in range(L)] + [f"blocks.{L - 1}.hook_resid_post"]
+    feats: dict[str, list] = {r: [] for r in PROBE_ROLES}
+    labels: dict[str, dict[str, list]] = {r: {a: [] for a in ATTRIBUTES} for r in PROBE_ROLES}
+    for b in batches:
+        store: dict[str, torch.Tensor] = {}
+        tokens, positions, _ = model_inputs(b, device)
+        with model.hooks([(n, lambda x, name: store.__setitem__(name, x)) for n in names]):
+            model.residual(tokens, positions)
+        stack = torch.stack([store[n] for n in names]).cpu().numpy()  # (L+1, B, T, d)
+        slots = slot_of_positions(b)
+        for role in PROBE_ROLES:
+            r, t = np.nonzero(b.roles == ROLES[role])
+            s = slots[r, t]
+            feats[role].append(stack[:, r, t])
+            labels[role]["slot"].append(s)
+            labels[role]["color"].append(b.colors[r, s])
+            labels[role]["shape"].append(b.shapes[r, s])
+            labels[role]["item"].append(b.items[r, s])
+    return {role: (np.concatenate(feats[role], axis=1), {a: np.concatenate(v) for a, v in labels[role].items()})
+            for role in PROBE_ROLES}
+
+
+def fit_and_score(x_train: np.ndarray, y_train: np.ndarray, x_test: np.ndarray, y_test: np.ndarray,
+                  cfg: ProbeConfig = ProbeConfig()) -> tuple[np.ndarray, float]:
+    """Softmax-regression probes, one per leading index of x (L, N, d). Returns (held-out accuracy per
+    probe (L,), chance = accuracy of the most frequent training label on the test set)."""
+    classes, y_tr = np.unique(y_train, return_inverse=True)
+    index = {c: i for i, c in enumerate(classes)}
+    y_te = np.array([index.get(c, -1) for c in y_test])  # a test label never seen in training can't be hit
+    xt, xe = torch.as_tensor(x_train, dtype=torch.float32), torch.as_tensor(x_test, dtype=torch.float32)
+    mean, std = xt.mean(1, keepdim=True), xt.std(1, keepdim=True) + 1e-6
+    xt, xe = (xt - mean) / std, (xe - mean) / std
+    L, _, d = xt.shape
+    g = torch.Generator().manual_seed(cfg.seed)
+    w = (torch.randn(L, d, len(classes), generator=g) * 0.01).requires_grad_()
+    bias = torch.zeros(L, 1, len(classes), requires_grad=True)
+    opt = torch.optim.Adam([w, bias], lr=cfg.lr)
+    target = torch.as_tensor(y_tr).expand(L, -1)
+    for _ in range(cfg.steps):
+        logits = xt @ w + bias
+        loss = F.cross_entropy(logits.flatten(0, 1), target.flatten()) + cfg.weight_decay * w.square().sum() / L
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    with torch.no_grad():
+        pred = (xe @ w + bias).argmax(-1).numpy()
+    accuracy = (pred == y_te[None]).mean(1)
+    chance = float((y_te == np.bincount(y_tr).argmax()).mean())
+    return accuracy, chance
+
+
+def probe_table(model: Transformer, cfg: ProbeConfig = ProbeConfig(), device="cpu") -> pd.DataFrame:
+    """Tidy rows: role, attribute, layer, accuracy, chance."""
+    train = collect(model, analysis_prompts(cfg.train_prompts, cfg.seed), device)
+    test = collect(model, analysis_prompts(cfg.test_prompts, cfg.seed + 1), device)
+    rows = []
+    for role in PROBE_ROLES:
+        for attribute in ATTRIBUTES:
+            acc, chance = fit_and_score(train[role][0], train[role][1][attribute], test[role][0],
+                                        test[role][1][attribute], cfg)
+            rows += [{"role": role, "attribute": attribute, "layer": layer, "accuracy": float(a), "chance": chance}
+                     for layer, a in enumerate(acc)]
+    return pd.DataFrame(rows)

@@ -1,0 +1,83 @@
+# Mechanistic analyses of every analysed model (section 5, appendices F-G, layer relevance) and their figures.
+
+ANALYSES = ["interchange", "knockout", "probes", "layer_relevance"]
+# figure -> the analysis whose tables it draws (names of the paper's figures; layer relevance is ours)
+INTERP_FIGURES = {
+    "fig4": "interchange",
+    "fig9": "interchange",
+    "fig10": "knockout",
+    "fig11": "probes",
+    "fig_layer_relevance": "layer_relevance",
+}
+
+
+def interp_tables(analysis):
+    return [
+        f"results/interp/{analysis}/{v}/{run}.parquet"
+        for v in config["interp"]["variants"]
+        for run in vlconfig.variant_runs(config, v)
+    ]
+
+
+rule analyze:
+    input:
+        model=variant_model,
+    output:
+        table="results/interp/{analysis}/{variant}/{run}.parquet",
+    log:
+        "results/logs/interp/{analysis}/{variant}/{run}.log",
+    benchmark:
+        "results/benchmarks/interp/{analysis}/{variant}/{run}.tsv"
+    wildcard_constraints:
+        analysis="|".join(ANALYSES),
+    conda:
+        "../envs/vlbind.yaml"
+    threads: config["resources"]["train_threads"]
+    resources:
+        gpu=config["resources"]["train_gpus"],
+    params:
+        settings=lambda wc: config["interp"][wc.analysis],
+        device=config["device"],
+    script:
+        "../../scripts/analyze.py"
+
+
+rule circuits:
+    input:
+        interchange=interp_tables("interchange"),
+        probes=interp_tables("probes"),
+        code="src/vlbind/interp/interchange.py",
+    output:
+        csv="results/tables/circuits.csv",
+    log:
+        "results/logs/figures/circuits.log",
+    benchmark:
+        "results/benchmarks/figures/circuits.tsv"
+    conda:
+        "../envs/vlbind.yaml"
+    params:
+        spike_threshold=config["interp"]["interchange"]["spike_threshold"],
+        margin=config["interp"]["probes"]["margin"],
+    script:
+        "../../scripts/circuits.py"
+
+
+rule interp_figure:
+    input:
+        tables=lambda wc: interp_tables(INTERP_FIGURES[wc.fig]),
+        circuits=rules.circuits.output.csv,
+        code="src/vlbind/figures.py",
+    output:
+        pdf="results/figures/{fig}.pdf",
+    log:
+        "results/logs/figures/{fig}.log",
+    benchmark:
+        "results/benchmarks/figures/{fig}.tsv"
+    wildcard_constraints:
+        fig="|".join(INTERP_FIGURES),
+    conda:
+        "../envs/vlbind.yaml"
+    params:
+        note=config["figure_note"],
+    script:
+        "../../scripts/interp_figure.py"
