@@ -20,6 +20,8 @@ TEXT_STAGES = ["text_s1", "text_s2", "text_s3", "text_s4", "text_s5", "noise_tex
 VISION_STAGES = ["image", "mixed", "image_text", "noise_image_text"]
 VARIANTS = ["text_only", "noise_text", "image_text", "noise_image_text"]
 ENCODER = "vit_tiny"  # config/smoke.yaml
+ANALYSES = ["interchange", "knockout", "probes", "layer_relevance"]
+INTERP_FIGURES = ["fig4", "fig9", "fig10", "fig11", "fig_layer_relevance"]
 RUNS = {"text_only": [f"seed{s}" for s in SEEDS], "noise_text": [f"seed{s}" for s in SEEDS],
         "image_text": [f"seed{s}-{ENCODER}" for s in SEEDS], "noise_image_text": [f"seed{s}-{ENCODER}" for s in SEEDS]}
 
@@ -72,6 +74,19 @@ def test_smoke_dag_draws_fig3_fig7_and_fig8_with_all_four_variants(smoke_tree):
     assert len(training) == len(SEEDS) * (len(TEXT_STAGES) + len(VISION_STAGES)) and (training["steps"] == 10).all()
 
 
+def test_smoke_dag_runs_every_analysis_on_every_model_and_draws_their_figures(smoke_tree):
+    for fig in INTERP_FIGURES:
+        assert (smoke_tree / f"results/figures/{fig}.pdf").read_bytes().startswith(b"%PDF")
+    for analysis in ANALYSES:
+        for v in VARIANTS:
+            for run in RUNS[v]:
+                t = pd.read_parquet(smoke_tree / f"results/interp/{analysis}/{v}/{run}.parquet")
+                assert len(t) and (t["variant"] == v).all() and (t["run"] == run).all()
+    circuits = pd.read_csv(smoke_tree / "results/tables/circuits.csv")
+    assert len(circuits) == sum(len(r) for r in RUNS.values())
+    assert set(circuits["circuit"]) <= {"Positional", "Symbolic-A", "Symbolic-B", "unresolved", "none"}
+
+
 def test_every_stage_has_a_checkpoint_and_every_job_a_log(smoke_tree):
     for s in SEEDS:
         for stage in TEXT_STAGES + VISION_STAGES:
@@ -99,7 +114,19 @@ def test_changed_stage_parameter_reruns_exactly_that_stage_and_descendants(smoke
     expected = {("train_text", f"seed={s}, stage={st}") for s in SEEDS for st in TEXT_STAGES[2:]}
     expected |= {("train_vision", f"seed={s}, encoder={ENCODER}, stage={st}") for s in SEEDS for st in VISION_STAGES}
     expected |= {("evaluate", f"variant={v}, run={r}") for v in VARIANTS for r in RUNS[v]}
-    expected |= {("fig3", ""), ("fig8", ""), ("ood_table", ""), ("training_table", ""), ("all", "")}
+    expected |= {("analyze", f"analysis={a}, variant={v}, run={r}")
+                 for a in ANALYSES for v in VARIANTS for r in RUNS[v]}
+    expected |= {("fig3", ""), ("fig8", ""), ("ood_table", ""), ("training_table", ""), ("all", ""), ("circuits", "")}
+    expected |= {("interp_figure", f"fig={f}") for f in INTERP_FIGURES}
+    assert jobs == expected
+
+
+def test_changed_probe_setting_reruns_only_the_probes_and_what_reads_them(smoke_tree, tmp_path):
+    overlay = tmp_path / "change.yaml"
+    overlay.write_text("interp:\n  probes: {steps: 25}\n")
+    jobs = scheduled(snakemake(smoke_tree, "-n", "--configfile", "config/smoke.yaml", str(overlay)).stdout)
+    expected = {("analyze", f"analysis=probes, variant={v}, run={r}") for v in VARIANTS for r in RUNS[v]}
+    expected |= {("circuits", ""), ("all", "")} | {("interp_figure", f"fig={f}") for f in INTERP_FIGURES}
     assert jobs == expected
 
 
@@ -110,7 +137,10 @@ def test_changed_encoder_setting_reruns_only_its_features_and_vision_stages(smok
     expected = {("extract_features", f"encoder={ENCODER}, layout=per_object")}
     expected |= {("train_vision", f"seed={s}, encoder={ENCODER}, stage={st}") for s in SEEDS for st in VISION_STAGES}
     expected |= {("evaluate", f"variant={v}, run={r}") for v in VARIANTS[2:] for r in RUNS[v]}
-    expected |= {("fig3", ""), ("fig8", ""), ("ood_table", ""), ("training_table", ""), ("all", "")}
+    expected |= {("analyze", f"analysis={a}, variant={v}, run={r}") for a in ANALYSES for v in VARIANTS[2:]
+                 for r in RUNS[v]}
+    expected |= {("fig3", ""), ("fig8", ""), ("ood_table", ""), ("training_table", ""), ("all", ""), ("circuits", "")}
+    expected |= {("interp_figure", f"fig={f}") for f in INTERP_FIGURES}
     assert jobs == expected
 
 
@@ -159,7 +189,7 @@ def test_slurm_profile_gives_training_and_evaluation_a_gpu(tmp_path):
     work = copy_workflow(tmp_path / "wf")
     out = snakemake(work, "--profile", "profiles/slurm", "-n", "--configfile", "config/smoke.yaml").stdout
     blocks = re.split(r"\n(?=(?:localrule|rule) )", out)
-    for rule in ("train_text", "train_vision", "extract_features", "evaluate"):
+    for rule in ("train_text", "train_vision", "extract_features", "evaluate", "analyze"):
         mine = [b for b in blocks if b.startswith(f"rule {rule}:")]
         assert mine and all(re.search(r"resources:.*\bgpu=1\b", b) for b in mine)
     cpu_only = ("rule fig3:", "rule all:", "rule render_bank:")

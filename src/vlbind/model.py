@@ -9,6 +9,7 @@ unattendable noise can be realised as jumps in them (see tasks.py). Attention us
 Hook points are identity modules named by module path, as in TransformerLens:
     blocks.{i}.hook_resid_pre, blocks.{i}.hook_resid_mid, blocks.{i}.hook_resid_post,
     blocks.{i}.hook_attn_out, blocks.{i}.hook_mlp_out,
+    blocks.{i}.attn.hook_k, blocks.{i}.attn.hook_v (keys after RoPE, values: (B, heads, T, d_head)),
     blocks.{i}.attn.hook_attn_scores (pre-softmax, causal mask applied: where knockouts belong),
     blocks.{i}.attn.hook_pattern (post-softmax)
 A hook is `fn(tensor, name) -> tensor | None` (None keeps the tensor). Attach hooks only through
@@ -85,15 +86,23 @@ class Attention(nn.Module):
         self.n_heads, self.d_head = cfg.n_heads, cfg.d_model // cfg.n_heads
         self.qkv = nn.Linear(cfg.d_model, 3 * cfg.d_model, bias=False)
         self.out = nn.Linear(cfg.d_model, cfg.d_model, bias=False)
+        self.hook_k, self.hook_v = HookPoint(), HookPoint()
         self.hook_attn_scores = HookPoint()
         self.hook_pattern = HookPoint()
 
-    def forward(self, x: torch.Tensor, cis: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, cis: torch.Tensor, past: tuple | None = None) -> torch.Tensor:
+        """Causal self-attention over x (B, T, D). `past` = (keys, values, valid, new_mask): cached keys and
+        values (B, H, T_past, Dh) of earlier positions, valid (B, T_past) which of them may be attended, and
+        new_mask (T, T) which new positions may attend to which (see Transformer.extend)."""
         B, T, D = x.shape
         qkv = self.qkv(x).view(B, T, 3, self.n_heads, self.d_head)
         q, k = rope(qkv[:, :, :2], cis).permute(2, 0, 3, 1, 4)  # queries and keys in one call: (B, H, T, Dh) each
-        v = qkv[:, :, 2].transpose(1, 2)
-        if self.hook_attn_scores.fns or self.hook_pattern.fns:
+        k, v = self.hook_k(k), self.hook_v(qkv[:, :, 2].transpose(1, 2))
+        if past is not None:
+            past_k, past_v, valid, new_mask = past
+            mask = torch.cat([valid[:, None, None, :].expand(B, 1, T, -1), new_mask.expand(B, 1, T, T)], dim=-1)
+            y = F.scaled_dot_product_attention(q, torch.cat([past_k, k], 2), torch.cat([past_v, v], 2), attn_mask=mask)
+        elif self.hook_attn_scores.fns or self.hook_pattern.fns:
             scores = (q @ k.transpose(-1, -2)) / math.sqrt(self.d_head)  # (B, H, T, T)
             causal = torch.ones(T, T, dtype=torch.bool, device=x.device).tril()
             scores = self.hook_attn_scores(scores.masked_fill(~causal, float("-inf")))
@@ -137,9 +146,9 @@ class Block(nn.Module):
         self.hook_resid_pre, self.hook_resid_mid, self.hook_resid_post = HookPoint(), HookPoint(), HookPoint()
         self.hook_attn_out, self.hook_mlp_out = HookPoint(), HookPoint()
 
-    def forward(self, x: torch.Tensor, cis: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, cis: torch.Tensor, past: tuple | None = None) -> torch.Tensor:
         x = self.hook_resid_pre(x)
-        x = self.hook_resid_mid(x + self.hook_attn_out(self.attn(self.ln1(x), cis)))
+        x = self.hook_resid_mid(x + self.hook_attn_out(self.attn(self.ln1(x), cis, past)))
         return self.hook_resid_post(x + self.hook_mlp_out(self.mlp(self.ln2(x))))
 
 
@@ -205,6 +214,33 @@ class Transformer(nn.Module):
         for block in self.blocks:
             x = block(x, cis)
         return x
+
+    def extend(self, x: torch.Tensor, positions: torch.Tensor, keys: list, values: list, valid: torch.Tensor,
+               independent: bool = False, start: torch.Tensor | None = None,
+               inject: torch.Tensor | None = None) -> torch.Tensor:
+        """Run new positions through the blocks against cached keys/values of earlier ones (a KV cache).
+
+        x (B, S, d): the residual stream of S new positions entering block 0; positions (B, S) their RoPE
+        ids; keys[l] / values[l] (B, H, T_past, Dh): block l's cached keys and values of earlier positions
+        (e.g. from the hook_k / hook_v points), valid (B, T_past) which of them may be attended. The new
+        positions attend causally to each other, or, with `independent`, each only to itself: S parallel
+        continuations of the same prefix. Stream s is replaced by inject[:, s] when it enters block
+        start[s] (start == n_layers: after the last block); this is how an interchange intervention patches
+        every layer in one pass. Returns the residual stream after the last block; hook points run as usual.
+        """
+        S = x.shape[1]
+        new_mask = torch.ones(S, S, dtype=torch.bool, device=x.device)
+        new_mask = new_mask.diag().diag_embed() if independent else new_mask.tril()
+        cis = self.rope_cis[positions][:, :, None, None]
+
+        def patch(x, layer):
+            if inject is None:
+                return x
+            return torch.where((start == layer)[None, :, None], inject.to(x.dtype), x)
+
+        for layer, block in enumerate(self.blocks):
+            x = block(patch(x, layer), cis, (keys[layer], values[layer], valid, new_mask))
+        return patch(x, len(self.blocks))
 
     def logits(self, resid: torch.Tensor) -> torch.Tensor:
         return self.unembed(self.ln_f(resid))

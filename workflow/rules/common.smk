@@ -63,3 +63,22 @@ def all_meta():
             stages = vlconfig.lineage(vlconfig.VARIANT_STAGE[v])
             paths |= {model_file(seed, s, encoder, "meta.json") for s in stages}
     return sorted(paths)
+
+
+ANALYSES = ["interchange", "knockout", "probes", "layer_relevance"]
+# figure -> the analysis whose tables it draws (names of the paper's figures; layer relevance is ours)
+INTERP_FIGURES = {
+    "fig4": "interchange",
+    "fig9": "interchange",
+    "fig10": "knockout",
+    "fig11": "probes",
+    "fig_layer_relevance": "layer_relevance",
+}
+
+
+def interp_tables(analysis):
+    return [
+        f"results/interp/{analysis}/{v}/{run}.parquet"
+        for v in config["interp"]["variants"]
+        for run in vlconfig.variant_runs(config, v)
+    ]

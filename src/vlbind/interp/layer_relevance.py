@@ -11,7 +11,7 @@ import pandas as pd
 import torch
 import torch.nn.functional as F
 
-from ..model import Transformer, skip_block_hooks
+from ..model import Transformer, cache_hook, skip_block_hooks
 from ..tasks import Batch, Role
 from ..train import model_inputs
 from .knockout import accuracy_with_knockout, analysis_prompts
@@ -28,7 +28,7 @@ def block_cosines(model: Transformer, batches: list[Batch], device="cpu") -> np.
         store = {}
         names = [f"blocks.{i}.hook_resid_{w}" for i in range(L) for w in ("pre", "post")]
         tokens, positions, _ = model_inputs(b, device)
-        with model.hooks([(n, lambda x, name: store.__setitem__(name, x)) for n in names]):
+        with model.hooks([(n, cache_hook(store)) for n in names]):
             model.residual(tokens, positions)
         real = torch.as_tensor(b.roles != Role.PAD, device=device)
         for i in range(L):

@@ -18,7 +18,7 @@ import pandas as pd
 import torch
 import torch.nn.functional as F
 
-from ..model import Transformer
+from ..model import Transformer, cache_hook
 from ..tasks import Batch
 from ..train import model_inputs
 from .knockout import ROLES, analysis_prompts, slot_of_positions
@@ -48,7 +48,7 @@ def collect(model: Transformer, batches: list[Batch], device="cpu") -> dict[str,
     for b in batches:
         store: dict[str, torch.Tensor] = {}
         tokens, positions, _ = model_inputs(b, device)
-        with model.hooks([(n, lambda x, name: store.__setitem__(name, x)) for n in names]):
+        with model.hooks([(n, cache_hook(store)) for n in names]):
             model.residual(tokens, positions)
         stack = torch.stack([store[n] for n in names]).cpu().numpy()  # (L+1, B, T, d)
         slots = slot_of_positions(b)

@@ -1,0 +1,285 @@
+"""Mechanistic analyses: counterfactual construction, patching, labelling, knockouts, probes, layer relevance."""
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+from test_tasks import solve
+
+from vlbind.interp.interchange import (
+    LABELS,
+    MECHANISMS,
+    answer_residuals,
+    circuit_label,
+    first_spike,
+    item_argmax,
+    label_predictions,
+    make_pairs,
+    patched_answer_logits,
+    sweep,
+)
+from vlbind.interp.knockout import MATCHING, accuracy_with_knockout, analysis_prompts, edge_mask, knockout_table
+from vlbind.interp.layer_relevance import block_cosines, skip_accuracy, spearman
+from vlbind.interp.probes import ProbeConfig, fit_and_score, probe_table
+from vlbind.model import ModelConfig, Transformer, patch_hook
+from vlbind.tasks import Role, prompt_text
+from vlbind.train import model_inputs
+from vlbind.vocab import VOCAB
+
+
+@pytest.fixture(scope="module")
+def model():
+    torch.manual_seed(0)
+    return Transformer(ModelConfig(n_layers=3, d_model=32, d_ff=64, n_heads=2)).eval()
+
+
+# --- counterfactual pairs -----------------------------------------------------------------------------
+
+def test_counterfactual_is_a_valid_prompt_and_the_five_predictions_are_distinct():
+    pairs = make_pairs(1000, np.random.default_rng(0))
+    assert (np.sort(pairs.predictions, axis=1)[:, 1:] != np.sort(pairs.predictions, axis=1)[:, :-1]).all()
+    o, cf = pairs.original, pairs.counterfactual
+    assert (o.n_pairs >= 5).all() and (o.answer_pos == cf.answer_pos).all()
+    for i in range(0, 1000, 7):
+        cf_text, o_text = prompt_text(cf, i), prompt_text(o, i)
+        assert solve(cf_text) == VOCAB.tokens[cf.target[i]] and solve(o_text) == VOCAB.tokens[o.target[i]]
+        toks = cf_text.split()
+        n = o.n_pairs[i]
+        assert len(set(toks[: 2 * n])) == 2 * n  # distinct colors and shapes in the counterfactual context
+        q, c, w, x, s = pairs.slots[i]
+        assert len({q, c, w, x, s}) == 5
+        # the construction, read back from the text: queried color = original color of w, at slot c
+        o_toks = o_text.split()
+        assert toks[-2] == o_toks[2 * w] and toks[2 * c] == o_toks[2 * w]
+        assert toks[2 * c + 1] == o_toks[2 * x + 1]  # shape at slot c = original shape of x
+        assert VOCAB.tokens[cf.target[i]] == VOCAB.tokens[pairs.predictions[i, MECHANISMS.index("reflexive")]]
+        assert solve(o_text) == VOCAB.tokens[pairs.predictions[i, MECHANISMS.index("no_effect")]]
+
+
+def test_labeller_maps_each_predicted_item_to_its_mechanism():
+    pairs = make_pairs(200, np.random.default_rng(1))
+    for j, mechanism in enumerate(MECHANISMS):
+        labels = label_predictions(pairs.predictions[:, j], pairs.predictions)
+        assert (np.array(LABELS)[labels] == mechanism).all()
+    items = range(VOCAB.item_offset, VOCAB.item_offset + VOCAB.n_items)
+    other = np.array([next(t for t in items if t not in p) for p in pairs.predictions])
+    assert (np.array(LABELS)[label_predictions(other, pairs.predictions)] == "mixed").all()
+
+
+# --- patching -------------------------------------------------------------------------------------------
+
+def test_no_patch_run_equals_the_plain_forward_bit_for_bit(model):
+    pairs = make_pairs(16, np.random.default_rng(2))
+    tokens, positions, _ = model_inputs(pairs.original, "cpu")
+    with torch.no_grad():
+        plain = model(tokens, positions)
+        nothing = torch.zeros(0, dtype=torch.long)
+        hooks = [(f"blocks.{i}.hook_resid_pre", patch_hook(nothing, nothing, torch.zeros(0, 32))) for i in range(3)]
+        with model.hooks(hooks):
+            hooked = model(tokens, positions)
+    assert torch.equal(plain, hooked)
+    # patching each layer's own [ANSWER] residual back in leaves every answer where it was: all no_effect
+    layers = [0, 1, 2, 3]
+    own = answer_residuals(model, pairs.original, layers)
+    patched = item_argmax(patched_answer_logits(model, pairs.original, layers, own), pairs.original)
+    assert (patched == item_argmax(model.logits(own[-1]), pairs.original)[None]).all()
+
+
+def test_patching_the_whole_stream_entering_block0_reproduces_the_counterfactual(model):
+    pairs = make_pairs(16, np.random.default_rng(3))
+    o, cf = pairs.original, pairs.counterfactual
+    (tok_o, pos_o, _), (tok_c, pos_c, _) = model_inputs(o, "cpu"), model_inputs(cf, "cpu")
+    with torch.no_grad():
+        cf_embed = model.embed(tok_c)
+        B, T = tok_o.shape
+        rows, cols = torch.arange(B).repeat_interleave(T), torch.arange(T).repeat(B)
+        with model.hooks([("blocks.0.hook_resid_pre", patch_hook(rows, cols, cf_embed[rows, cols]))]):
+            patched = model(tok_o, pos_o)
+        torch.testing.assert_close(patched, model(tok_c, pos_c), rtol=0, atol=0)
+
+
+def test_patching_the_answer_stream_after_the_last_block_reproduces_the_counterfactual_answer(model):
+    pairs = make_pairs(16, np.random.default_rng(4))
+    o, cf = pairs.original, pairs.counterfactual
+    last = [model.cfg.n_layers]
+    patched = patched_answer_logits(model, o, last, answer_residuals(model, cf, last))[0]
+    tok_c, pos_c, _ = model_inputs(cf, "cpu")
+    with torch.no_grad():
+        expected = model(tok_c, pos_c)[torch.arange(len(cf)), torch.as_tensor(cf.answer_pos)]
+    torch.testing.assert_close(patched, expected, rtol=1e-5, atol=1e-5)
+
+
+def naive_patched_answer_logits(model, batch, layer, value):
+    """One full forward pass per layer with a hook overwriting the [ANSWER] residual: the plain method."""
+    n = model.cfg.n_layers
+    name = f"blocks.{layer}.hook_resid_pre" if layer < n else f"blocks.{n - 1}.hook_resid_post"
+    tokens, positions, _ = model_inputs(batch, "cpu")
+    rows, ans = torch.arange(len(batch)), torch.as_tensor(batch.answer_pos)
+    with torch.no_grad(), model.hooks([(name, patch_hook(rows, ans, value))]):
+        return model(tokens, positions)[rows, ans]
+
+
+def test_cached_all_layer_patching_equals_full_forward_patching_layer_by_layer(model):
+    pairs = make_pairs(24, np.random.default_rng(5))
+    layers = list(range(model.cfg.n_layers + 1))
+    values = answer_residuals(model, pairs.counterfactual, layers)
+    fast = patched_answer_logits(model, pairs.original, layers, values)
+    for i, layer in enumerate(layers):
+        torch.testing.assert_close(fast[i], naive_patched_answer_logits(model, pairs.original, layer, values[i]),
+                                   rtol=1e-5, atol=1e-5)
+
+
+def test_kv_cache_extension_equals_the_full_forward(model):
+    """Transformer.extend over cached keys/values gives the full forward's last positions."""
+    from vlbind.model import cache_hook
+    b = analysis_prompts(8, seed=6)[0]
+    tokens, positions, _ = model_inputs(b, "cpu")
+    store = {}
+    names = [f"blocks.{i}.attn.hook_{kv}" for i in range(3) for kv in "kv"]
+    with torch.no_grad(), model.hooks([(n, cache_hook(store)) for n in names]):
+        full = model.residual(tokens, positions)
+    T, cut = tokens.shape[1], tokens.shape[1] - 3
+    valid = torch.ones(len(b), cut, dtype=torch.bool)
+    with torch.no_grad():
+        tail = model.extend(model.embed(tokens[:, cut:]), positions[:, cut:],
+                            [store[f"blocks.{i}.attn.hook_k"][:, :, :cut] for i in range(3)],
+                            [store[f"blocks.{i}.attn.hook_v"][:, :, :cut] for i in range(3)], valid)
+    torch.testing.assert_close(tail, full[:, cut:T], rtol=1e-5, atol=1e-5)
+
+
+def test_sweep_counts_pairs_and_shares_sum_to_one_per_layer(model):
+    table, info = sweep(model, 64, seed=0)
+    assert info["generated"] == 64 and info["kept"] + info["dropped"] == 64
+    assert set(table["label"]) == set(LABELS) and table["layer"].nunique() == model.cfg.n_layers + 1
+    if info["kept"]:
+        np.testing.assert_allclose(table.groupby("layer")["fraction"].sum(), 1.0)
+
+
+def test_first_spike_and_circuit_labels():
+    def table(shares_by_layer):
+        return pd.DataFrame([{"layer": layer, "label": k, "fraction": shares.get(k, 0.0),
+                              "count": int(100 * shares.get(k, 0.0))}
+                             for layer, shares in enumerate(shares_by_layer) for k in LABELS])
+    probes = pd.DataFrame({"role": ["context shape"] * 2, "attribute": ["color"] * 2, "layer": [0, 1],
+                           "accuracy": [0.1, 0.6], "chance": [0.05, 0.05]})
+    early = {"no_effect": 1.0}
+    cases = {"positional": "Positional", "color_key": "Symbolic-A", "shape_key": "Symbolic-B"}
+    for mechanism, circuit in cases.items():
+        t = table([early, {"no_effect": 0.3, mechanism: 0.6, "reflexive": 0.1}, {"reflexive": 1.0}])
+        assert first_spike(t) == 1
+        label = circuit_label(t, probes)
+        assert label["circuit"] == circuit and label["probes_agree"] == (circuit != "Positional")
+    assert circuit_label(table([early, early]), probes)["circuit"] == "none"
+    assert circuit_label(table([early, {"reflexive": 0.9, "positional": 0.1}]), probes)["circuit"] == "unresolved"
+    empty = table([{}])
+    assert first_spike(empty) is None  # no pair kept: no spike, not a spike at layer 0
+
+
+# --- knockouts ------------------------------------------------------------------------------------------
+
+def test_knocking_out_no_edge_leaves_accuracy_unchanged(model):
+    batches = analysis_prompts(64, seed=0)
+    none = [np.zeros((len(b), b.tokens.shape[1], b.tokens.shape[1]), bool) for b in batches]
+    assert accuracy_with_knockout(model, batches, none) == accuracy_with_knockout(model, batches, None)
+
+
+def test_blocking_every_edge_out_of_answer_makes_the_answer_blind(model):
+    """[ANSWER] then sees only itself: the same logits for every prompt, so accuracy <= chance."""
+    batches = analysis_prompts(64, seed=1)
+    masks = []
+    for b in batches:
+        T = b.tokens.shape[1]
+        is_answer = b.roles == Role.ANSWER
+        masks.append(is_answer[:, :, None] & np.tril(np.ones((T, T), bool), k=-1)[None])
+    acc = accuracy_with_knockout(model, batches, masks)
+    from vlbind.model import knockout_hook
+    b, m = batches[0], torch.as_tensor(masks[0])
+    tokens, positions, _ = model_inputs(b, "cpu")
+    with torch.no_grad(), model.hooks([(f"blocks.{i}.attn.hook_attn_scores", knockout_hook(m)) for i in range(3)]):
+        resid = model.residual(tokens, positions)
+    logits = model.logits(resid[torch.arange(len(b)), torch.as_tensor(b.answer_pos)])
+    torch.testing.assert_close(logits, logits[:1].expand_as(logits), rtol=1e-4, atol=1e-4)
+    targets = np.concatenate([b.target for b in batches])
+    assert acc <= np.bincount(targets).max() / len(targets)
+
+
+def test_matching_edges_connect_the_same_object():
+    (b,) = analysis_prompts(16, seed=2)
+    for source, target in MATCHING:
+        mask = edge_mask(b, source, target, matching=True)
+        r, i, j = np.nonzero(mask)
+        assert len(r) > 0, (source, target)
+        assert (j < i).all()
+        slots = b.slots.astype(int).copy()
+        slots[np.arange(len(b)), b.answer_pos] = b.query_slot
+        assert (slots[r, i] == slots[r, j]).all()
+
+
+def test_knockout_table_reports_every_edge(model):
+    t = knockout_table(model, 32, seed=0)
+    assert len(t[t["kind"] == "matching"]) == len(MATCHING) and (t["baseline"] == t["baseline"].iloc[0]).all()
+    impossible = t[(t["source"] == "context color") & (t["target"] == "answer")]
+    assert impossible["accuracy"].isna().all()  # [ANSWER] never precedes a context color
+
+
+# --- probes ---------------------------------------------------------------------------------------------
+
+def test_probe_recovers_a_planted_signal_and_stays_at_chance_on_shuffled_labels():
+    rng = np.random.default_rng(0)
+    n, d, k = 1200, 16, 6
+    y = rng.integers(0, k, size=n)
+    directions = rng.standard_normal((k, d)) * 3
+    x = rng.standard_normal((2, n, d))
+    x[0] += directions[y]  # layer 0 carries the label linearly, layer 1 does not
+    cfg = ProbeConfig(steps=200)
+    acc, chance = fit_and_score(x[:, :800], y[:800], x[:, 800:], y[800:], cfg)
+    assert acc[0] > 0.95 and abs(acc[1] - 1 / k) < 0.1 and chance < 0.3
+    shuffled = rng.permutation(y)
+    acc, _ = fit_and_score(x[:, :800], shuffled[:800], x[:, 800:], shuffled[800:], cfg)
+    assert (abs(acc - 1 / k) < 0.1).all()
+
+
+def test_probe_table_reads_token_identity_at_its_own_position(model):
+    t = probe_table(model, ProbeConfig(train_prompts=256, test_prompts=128, steps=100))
+    own = t[(t["role"] == "context color") & (t["attribute"] == "color") & (t["layer"] == 0)]["accuracy"].item()
+    assert own > 0.5  # layer 0 is the token embedding: the color is right there
+    assert set(t["layer"]) == set(range(model.cfg.n_layers + 1))
+
+
+# --- layer relevance ------------------------------------------------------------------------------------
+
+def test_skipping_no_block_changes_nothing_and_skipping_one_equals_leaving_it_out(model):
+    batches = analysis_prompts(32, seed=3)
+    assert skip_accuracy(model, batches, None) == accuracy_with_knockout(model, batches, None)
+    b = batches[0]
+    tokens, positions, _ = model_inputs(b, "cpu")
+    from vlbind.model import skip_block_hooks
+    with torch.no_grad():
+        with model.hooks(skip_block_hooks(1)):
+            skipped = model(tokens, positions)
+        x = model.embed(tokens)
+        cis = model.rope_cis[positions][:, :, None, None]
+        for i, block in enumerate(model.blocks):
+            if i != 1:
+                x = block(x, cis)
+        torch.testing.assert_close(skipped, model.logits(x), rtol=0, atol=0)
+
+
+def test_block_cosines_match_a_direct_computation(model):
+    batches = analysis_prompts(16, seed=4)
+    cos = block_cosines(model, batches)
+    b = batches[0]
+    tokens, positions, _ = model_inputs(b, "cpu")
+    with torch.no_grad():
+        x = model.embed(tokens)
+        cis = model.rope_cis[positions][:, :, None, None]
+        y = model.blocks[0](x, cis)
+    real = torch.as_tensor(b.roles != Role.PAD)
+    expected = torch.nn.functional.cosine_similarity(x, y, dim=-1)[real].mean()
+    assert abs(cos[0] - float(expected)) < 1e-5
+
+
+def test_spearman():
+    a = pd.Series([1.0, 2.0, 3.0, 4.0])
+    assert spearman(a, a ** 3) == pytest.approx(1.0) and spearman(a, -a) == pytest.approx(-1.0)
+    assert np.isnan(spearman(a, pd.Series([1.0] * 4)))
