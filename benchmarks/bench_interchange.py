@@ -91,7 +91,8 @@ def main() -> None:
           f"{args.pairs} pairs x {len(layers)} layers; threads={args.threads}; torch {torch.__version__}, "
           f"nnsight {nnsight.__version__}")
     print(f"| method | seconds per sweep (median of {args.repeats}) | speed-up |\n|---|---|---|")
-    print(f"| vlbind (clean run cached once, [ANSWER] recomputed for all layers in one pass) | {t_ours:.3f} | {t_nn / t_ours:.1f}x |")
+    print(f"| vlbind (clean run cached once, [ANSWER] recomputed for all layers in one pass) | {t_ours:.3f} | "
+          f"{t_nn / t_ours:.1f}x |")
     print(f"| nnsight, layer by layer | {t_nn:.3f} | 1.0x |")
     shares = np.stack([np.bincount(row, minlength=len(LABELS)) for row in results["ours"]]) / args.pairs
     print(f"labels identical on every (layer, pair): {same}; label shares at the last layer: "

@@ -231,7 +231,7 @@ def test_probe_recovers_a_planted_signal_and_stays_at_chance_on_shuffled_labels(
     directions = rng.standard_normal((k, d)) * 3
     x = rng.standard_normal((2, n, d))
     x[0] += directions[y]  # layer 0 carries the label linearly, layer 1 does not
-    cfg = ProbeConfig(steps=200)
+    cfg = ProbeConfig()
     acc, chance = fit_and_score(x[:, :800], y[:800], x[:, 800:], y[800:], cfg)
     assert acc[0] > 0.95 and abs(acc[1] - 1 / k) < 0.1 and chance < 0.3
     shuffled = rng.permutation(y)
@@ -240,7 +240,7 @@ def test_probe_recovers_a_planted_signal_and_stays_at_chance_on_shuffled_labels(
 
 
 def test_probe_table_reads_token_identity_at_its_own_position(model):
-    t = probe_table(model, ProbeConfig(train_prompts=256, test_prompts=128, steps=100))
+    t = probe_table(model, ProbeConfig(train_prompts=256, test_prompts=128))
     own = t[(t["role"] == "context color") & (t["attribute"] == "color") & (t["layer"] == 0)]["accuracy"].item()
     assert own > 0.5  # layer 0 is the token embedding: the color is right there
     assert set(t["layer"]) == set(range(model.cfg.n_layers + 1))

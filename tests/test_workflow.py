@@ -123,7 +123,7 @@ def test_changed_stage_parameter_reruns_exactly_that_stage_and_descendants(smoke
 
 def test_changed_probe_setting_reruns_only_the_probes_and_what_reads_them(smoke_tree, tmp_path):
     overlay = tmp_path / "change.yaml"
-    overlay.write_text("interp:\n  probes: {steps: 25}\n")
+    overlay.write_text("interp:\n  probes: {ridge: 2.0}\n")
     jobs = scheduled(snakemake(smoke_tree, "-n", "--configfile", "config/smoke.yaml", str(overlay)).stdout)
     expected = {("analyze", f"analysis=probes, variant={v}, run={r}") for v in VARIANTS for r in RUNS[v]}
     expected |= {("circuits", ""), ("all", "")} | {("interp_figure", f"fig={f}") for f in INTERP_FIGURES}

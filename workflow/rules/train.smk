@@ -17,6 +17,7 @@ rule train_text:
         "results/benchmarks/train/seed{seed}/{stage}.tsv"
     wildcard_constraints:
         stage="|".join(vlconfig.TEXT_STAGES),
+    priority: 10  # the training path first; analyses fill in the gaps
     conda:
         "../envs/vlbind.yaml"
     threads: config["resources"]["train_threads"]
@@ -45,6 +46,7 @@ rule train_vision:
         "results/benchmarks/train/seed{seed}-{encoder}/{stage}.tsv"
     wildcard_constraints:
         stage="|".join(vlconfig.VISION_STAGES),
+    priority: 10  # the training path first; analyses fill in the gaps
     conda:
         "../envs/vlbind.yaml"
     threads: config["resources"]["train_threads"]

@@ -9,6 +9,7 @@ rule render_bank:
         "results/logs/render/{layout}.log",
     benchmark:
         "results/benchmarks/render/{layout}.tsv"
+    priority: 10  # the training path first; analyses fill in the gaps
     conda:
         "../envs/vlbind.yaml"
     params:
@@ -28,6 +29,7 @@ rule extract_features:
         "results/logs/features/{encoder}/{layout}.log",
     benchmark:
         "results/benchmarks/features/{encoder}/{layout}.tsv"
+    priority: 10  # the training path first; analyses fill in the gaps
     conda:
         "../envs/vlbind.yaml"
     threads: config["resources"]["train_threads"]

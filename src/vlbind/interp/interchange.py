@@ -129,8 +129,9 @@ def patched_answer_logits(model: Transformer, batch: Batch, layers: list[int], v
     valid = torch.arange(tokens.shape[1], device=device)[None, :] < ans[:, None]  # strictly earlier positions
     L = len(layers)
     x = model.embed(tokens[rows, ans])[:, None, :].expand(-1, L, -1)
-    out = model.extend(x, positions[rows, ans][:, None].expand(-1, L), [cache[f"blocks.{i}.attn.hook_k"] for i in range(n)],
-                       [cache[f"blocks.{i}.attn.hook_v"] for i in range(n)], valid, independent=True,
+    keys = [cache[f"blocks.{i}.attn.hook_k"] for i in range(n)]
+    vals = [cache[f"blocks.{i}.attn.hook_v"] for i in range(n)]
+    out = model.extend(x, positions[rows, ans][:, None].expand(-1, L), keys, vals, valid, independent=True,
                        start=torch.as_tensor(layers, device=device), inject=values.transpose(0, 1))
     return model.logits(out).transpose(0, 1)
 

@@ -5,8 +5,10 @@ on one set of prompts and scored on another.
 "Bound to": a context color/shape or association shape/item belongs to its object's slot; the query and
 [ANSWER] belong to the queried object. Layer L is the residual stream entering block L (L = n_layers:
 after the last block). Chance is the held-out accuracy of always guessing the most frequent training label.
-Classifiers for all layers of one (role, attribute) are trained together as one batched softmax
-regression (full-batch Adam, L2-regularised), which is what makes a whole sweep take seconds.
+The probe is a ridge-regression classifier (least squares onto one-hot labels, L2 penalty `ridge`,
+prediction = argmax), solved in closed form for all layers at once: deterministic, and a whole sweep
+over 7 roles x 4 attributes x 13 layers takes seconds where gradient-trained softmax probes took minutes
+on a CPU.
 """
 
 from __future__ import annotations
@@ -16,7 +18,6 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 import torch
-import torch.nn.functional as F
 
 from ..model import Transformer, cache_hook
 from ..tasks import Batch
@@ -31,9 +32,7 @@ ATTRIBUTES = ("slot", "color", "shape", "item")
 class ProbeConfig:
     train_prompts: int = 2048
     test_prompts: int = 512
-    steps: int = 300
-    lr: float = 0.05
-    weight_decay: float = 1e-3
+    ridge: float = 1.0  # L2 penalty on standardised features
     seed: int = 0
 
 
@@ -66,28 +65,19 @@ def collect(model: Transformer, batches: list[Batch], device="cpu") -> dict[str,
 
 def fit_and_score(x_train: np.ndarray, y_train: np.ndarray, x_test: np.ndarray, y_test: np.ndarray,
                   cfg: ProbeConfig = ProbeConfig()) -> tuple[np.ndarray, float]:
-    """Softmax-regression probes, one per leading index of x (L, N, d). Returns (held-out accuracy per
-    probe (L,), chance = accuracy of the most frequent training label on the test set)."""
+    """Ridge-classifier probes, one per leading index of x (L, N, d). Returns (held-out accuracy per probe
+    (L,), chance = accuracy of the most frequent training label on the test set)."""
     classes, y_tr = np.unique(y_train, return_inverse=True)
     index = {c: i for i, c in enumerate(classes)}
     y_te = np.array([index.get(c, -1) for c in y_test])  # a test label never seen in training can't be hit
-    xt, xe = torch.as_tensor(x_train, dtype=torch.float32), torch.as_tensor(x_test, dtype=torch.float32)
+    xt, xe = torch.as_tensor(x_train, dtype=torch.float64), torch.as_tensor(x_test, dtype=torch.float64)
     mean, std = xt.mean(1, keepdim=True), xt.std(1, keepdim=True) + 1e-6
-    xt, xe = (xt - mean) / std, (xe - mean) / std
-    L, _, d = xt.shape
-    g = torch.Generator().manual_seed(cfg.seed)
-    w = (torch.randn(L, d, len(classes), generator=g) * 0.01).requires_grad_()
-    bias = torch.zeros(L, 1, len(classes), requires_grad=True)
-    opt = torch.optim.Adam([w, bias], lr=cfg.lr)
-    target = torch.as_tensor(y_tr).expand(L, -1)
-    for _ in range(cfg.steps):
-        logits = xt @ w + bias
-        loss = F.cross_entropy(logits.flatten(0, 1), target.flatten()) + cfg.weight_decay * w.square().sum() / L
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-    with torch.no_grad():
-        pred = (xe @ w + bias).argmax(-1).numpy()
+    ones = lambda x: torch.cat([x, torch.ones(*x.shape[:2], 1, dtype=x.dtype)], dim=-1)  # noqa: E731
+    xt, xe = ones((xt - mean) / std), ones((xe - mean) / std)
+    onehot = torch.nn.functional.one_hot(torch.as_tensor(y_tr), len(classes)).to(xt.dtype)
+    gram = xt.transpose(1, 2) @ xt + cfg.ridge * torch.eye(xt.shape[-1], dtype=xt.dtype)
+    w = torch.linalg.solve(gram, xt.transpose(1, 2) @ onehot)  # (L, d + 1, classes)
+    pred = (xe @ w).argmax(-1).numpy()
     accuracy = (pred == y_te[None]).mean(1)
     chance = float((y_te == np.bincount(y_tr).argmax()).mean())
     return accuracy, chance
