@@ -64,3 +64,16 @@ def test_image_stage_prints_its_text_form_without_a_bank_and_images_with_one(tmp
         assert n_images >= 2 and prompt.count("[SEP]") == n_images - 1 and ": 4 tokens>" in prompt
     proc = sample("--stage", "image", "--bank", str(tmp_path / "bank"), "--features", str(tmp_path / "missing.npy"))
     assert proc.returncode == 2 and "missing.npy" in proc.stderr
+
+
+def test_counterfactual_pairs_print_both_prompts_and_five_distinct_predictions():
+    proc = sample("--stage", "text_s5", "--counterfactual", "--count", "20", "--seed", "3")
+    assert proc.returncode == 0, proc.stderr
+    for line in proc.stdout.splitlines():
+        original, counterfactual, *predicted = line.split("\t")
+        assert len(predicted) == 5 and len(set(predicted)) == 5
+        assert solve(counterfactual) == predicted[3]  # the counterfactual's answer is the reflexive item
+        assert solve(original) == predicted[4]  # no effect: the original answer
+        assert len(original.split()) == len(counterfactual.split()) and original.count("[SEP]") >= 4
+    proc = sample("--stage", "text_s1", "--counterfactual")
+    assert proc.returncode == 2 and "5" in proc.stderr

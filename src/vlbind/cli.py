@@ -5,6 +5,9 @@
     python -m vlbind sample --stage image --bank results/banks/per_object \
                             --features results/features/resnet152/per_object.npy
         image-context prompts; each image is shown as <image ID: K tokens> (bank row ID).
+    python -m vlbind sample --stage text_s5 --counterfactual --count 5 --seed 0
+        interchange pairs: original <TAB> counterfactual <TAB> the items predicted by the positional,
+        color-key, shape-key, reflexive and no-effect mechanisms (prompts of 5.. objects).
 """
 
 from __future__ import annotations
@@ -43,6 +46,8 @@ def _sample(args) -> int:
         print(f"error: unknown stage {args.stage!r}; valid: {', '.join(cfg['stages'])}", file=sys.stderr)
         return 2
     spec = StageSpec.from_dict(cfg["stages"][args.stage]["task"])
+    if args.counterfactual:
+        return _counterfactuals(spec, args)
     if args.noise and spec.noise_tokens == 0:
         spec = StageSpec.from_dict({**spec.to_dict(), "noise_tokens": 100})
     task = {"retrieval": RETRIEVAL, "grounding": GROUNDING}[args.task]
@@ -66,6 +71,25 @@ def _sample(args) -> int:
     return 0
 
 
+def _counterfactuals(spec, args) -> int:
+    from dataclasses import replace
+
+    from .interp.interchange import make_pairs
+    from .tasks import prompt_text
+    from .vocab import VOCAB
+
+    if spec.max_pairs < 5:
+        print(f"error: stage {args.stage} has at most {spec.max_pairs} objects; interchange pairs need 5",
+              file=sys.stderr)
+        return 2
+    spec = replace(spec, min_pairs=max(5, spec.min_pairs), image_fraction=0.0, noise_tokens=0)
+    pairs = make_pairs(args.count, np.random.default_rng(args.seed), spec)
+    for i in range(len(pairs)):
+        predicted = "\t".join(VOCAB.tokens[t] for t in pairs.predictions[i])
+        print(f"{prompt_text(pairs.original, i)}\t{prompt_text(pairs.counterfactual, i)}\t{predicted}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m vlbind", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -79,6 +103,8 @@ def main(argv: list[str] | None = None) -> int:
                    help="query direction; 'any' follows the stage's symmetric_fraction")
     s.add_argument("--noise", action="store_true",
                    help="insert the stage's noise (100 tokens if it has none), shown as [NOISE]")
+    s.add_argument("--counterfactual", action="store_true",
+                   help="print interchange pairs (original, counterfactual, five mechanism predictions)")
     s.add_argument("--bank", help="an image bank directory (objects.parquet), for image-context stages")
     s.add_argument("--features", help="that bank's feature file (.npy), for image-context stages")
     s.add_argument("--config", nargs="+", default=["config/config.yaml"],
