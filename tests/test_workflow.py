@@ -21,7 +21,7 @@ VISION_STAGES = ["image", "mixed", "image_text", "noise_image_text"]
 VARIANTS = ["text_only", "noise_text", "image_text", "noise_image_text"]
 ENCODER = "vit_tiny"  # config/smoke.yaml
 ANALYSES = ["interchange", "knockout", "probes", "layer_relevance"]
-INTERP_FIGURES = ["fig4", "fig9", "fig10", "fig11", "fig_layer_relevance"]
+INTERP_FIGURES = ["fig4", "fig9", "fig10", "fig11", "fig12", "fig13", "fig_layer_relevance"]
 RUNS = {"text_only": [f"seed{s}" for s in SEEDS], "noise_text": [f"seed{s}" for s in SEEDS],
         "image_text": [f"seed{s}-{ENCODER}" for s in SEEDS], "noise_image_text": [f"seed{s}-{ENCODER}" for s in SEEDS]}
 

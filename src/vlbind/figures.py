@@ -8,6 +8,8 @@ fig8: one panel per variant with every run drawn individually (appendix E), dive
 fig4 / fig9: interchange label shares per layer, per variant (mean over runs) / per run with its circuit.
 fig10: attention-knockout accuracy drops per variant (role x role matrix, and appendix G's matching edges).
 fig11: probe decodability per layer, one panel per role, per variant (color of the bound object).
+fig12 / fig13: the same patterns run by run (appendix G, "consistent across experimental runs"): the
+binding signature of the probes (color at context shape and association shape) / matching-edge knockouts.
 fig_layer_relevance: per block, input/output cosine similarity vs the accuracy drop when it is skipped.
 """
 
@@ -197,6 +199,9 @@ def fig10(df: pd.DataFrame, path, note: str = "", circuits: pd.DataFrame | None 
     for k, v in enumerate(variants):
         d = df[df["variant"] == v]
         role = d[d["kind"] == "role"].pivot_table(index="source", columns="target", values="drop", aggfunc="mean")
+        order = list(dict.fromkeys(d["source"]))  # the order of vlbind.interp.knockout.ROLES
+        role = role.reindex(index=[r for r in order if r in role.index],
+                            columns=[r for r in order if r in role.columns])
         sns.heatmap(role, ax=axes[0][k], cmap="Reds", vmin=0, vmax=max(0.05, float(np.nanmax(role.to_numpy()))),
                     annot=True, fmt=".2f", annot_kws={"fontsize": 5}, cbar=False)
         base = d["baseline"].mean()
@@ -233,6 +238,38 @@ def fig11(df: pd.DataFrame, path, note: str = "", circuits: pd.DataFrame | None 
         ax.set_xlabel("layer")
     fig.suptitle("Linear probes: what each position's residual stream holds (dotted: chance)"
                  + (f"\n{note}" if note else ""), fontsize=9)
+    _save(fig, path)
+
+
+def fig12(df: pd.DataFrame, path, note: str = "", circuits: pd.DataFrame | None = None) -> None:
+    variants = _variants(df)
+    roles = ["context shape", "association shape"]
+    fig, axes = plt.subplots(len(roles), len(variants), figsize=(3.4 * len(variants), 2.6 * len(roles)),
+                             sharey=True, squeeze=False)
+    for j, v in enumerate(variants):
+        for i, role in enumerate(roles):
+            d = df[(df["variant"] == v) & (df["role"] == role) & (df["attribute"] == "color")]
+            for run, r in d.groupby("run"):
+                axes[i][j].plot(r["layer"], r["accuracy"] - r["chance"], lw=1, label=run)
+            axes[i][j].set(ylim=(-0.05, 1.0), title=f"{v}: color at {role}", xlabel="layer")
+            axes[i][j].title.set_fontsize(8)
+        axes[0][j].legend(fontsize=5)
+    for ax in axes[:, 0]:
+        ax.set_ylabel("probe accuracy - chance")
+    fig.suptitle("Binding signature per run" + (f"\n{note}" if note else ""), fontsize=9)
+    _save(fig, path)
+
+
+def fig13(df: pd.DataFrame, path, note: str = "", circuits: pd.DataFrame | None = None) -> None:
+    d = df[df["kind"] == "matching"].copy()
+    d["edge"] = d["source"] + " -> " + d["target"]
+    d["model"] = d["variant"] + " / " + d["run"]
+    table = d.pivot_table(index="model", columns="edge", values="drop", aggfunc="mean", sort=False)
+    fig, ax = plt.subplots(figsize=(1.0 * table.shape[1] + 3, 0.35 * table.shape[0] + 2))
+    sns.heatmap(table, ax=ax, cmap="Reds", vmin=0, annot=True, fmt=".2f", annot_kws={"fontsize": 6})
+    ax.set(xlabel="", ylabel="")
+    ax.tick_params(labelsize=6)
+    ax.set_title("Matching-edge knockouts per run (accuracy drop)" + (f"\n{note}" if note else ""), fontsize=9)
     _save(fig, path)
 
 

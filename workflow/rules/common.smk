@@ -72,6 +72,8 @@ INTERP_FIGURES = {
     "fig9": "interchange",
     "fig10": "knockout",
     "fig11": "probes",
+    "fig12": "probes",
+    "fig13": "knockout",
     "fig_layer_relevance": "layer_relevance",
 }
 
