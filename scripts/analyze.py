@@ -23,7 +23,6 @@ if analysis == "interchange":
 elif analysis == "knockout":
     table = knockout.knockout_table(model, s["prompts"], s["seed"], device)
 elif analysis == "probes":
-    s.pop("margin")
     table = probes.probe_table(model, probes.ProbeConfig(**s), device)
 else:
     table, rho = layer_relevance.layer_relevance_table(model, s["prompts"], s["seed"], device)

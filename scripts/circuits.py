@@ -10,7 +10,7 @@ log = setup_logging(sm.log[0])
 rows = []
 for ic_path, pr_path in zip(sm.input.interchange, sm.input.probes):
     ic, pr = pd.read_parquet(ic_path), pd.read_parquet(pr_path)
-    label = circuit_label(ic, pr, sm.params.spike_threshold, sm.params.margin)
+    label = circuit_label(ic, pr, **sm.params.circuits)
     rows.append({"variant": ic["variant"].iloc[0], "run": ic["run"].iloc[0], **label})
 table = pd.DataFrame(rows)
 atomic_write(sm.output.csv, lambda tmp: table.to_csv(tmp, index=False))

@@ -127,6 +127,10 @@ class Batch:
     def __len__(self) -> int:
         return len(self.target)
 
+    def subset(self, keep: np.ndarray) -> Batch:
+        """The prompts selected by `keep` (a boolean mask or indices over the batch)."""
+        return Batch(**{k: v[keep] for k, v in vars(self).items()})
+
 
 def generate(spec: StageSpec, batch_size: int, rng: np.random.Generator, *, n_pairs: int | None = None,
              task: int | None = None, query_by: int | None = None, noise: bool | None = None,

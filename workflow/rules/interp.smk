@@ -38,8 +38,7 @@ rule circuits:
     conda:
         "../envs/vlbind.yaml"
     params:
-        spike_threshold=config["interp"]["interchange"]["spike_threshold"],
-        margin=config["interp"]["probes"]["margin"],
+        circuits=config["interp"]["circuits"],
     script:
         "../../scripts/circuits.py"
 

@@ -161,7 +161,7 @@ def sweep(model: Transformer, n_pairs: int, seed: int, batch_size: int = 128, de
         ok = (_unpatched_items(model, o, device) == o.target) & (_unpatched_items(model, cf, device) == cf.target)
         if not ok.any():
             continue
-        o, cf, preds = _select(o, ok), _select(cf, ok), pairs.predictions[ok]
+        o, cf, preds = o.subset(ok), cf.subset(ok), pairs.predictions[ok]
         kept += int(ok.sum())
         values = answer_residuals(model, cf, layers, device)
         predicted = item_argmax(patched_answer_logits(model, o, layers, values, device), o)  # (L, B)
@@ -180,10 +180,6 @@ def _unpatched_items(model, batch, device) -> np.ndarray:
     rows = torch.arange(len(batch), device=device)
     logits = model.logits(resid[rows, torch.as_tensor(batch.answer_pos, device=device)])
     return item_argmax(logits, batch)
-
-
-def _select(b: Batch, keep: np.ndarray) -> Batch:
-    return Batch(**{k: (v[keep] if isinstance(v, np.ndarray) else v) for k, v in vars(b).items()})
 
 
 def first_spike(table: pd.DataFrame, threshold: float = 0.5) -> int | None:
