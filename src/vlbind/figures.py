@@ -99,7 +99,7 @@ def fig3(df: pd.DataFrame, path: str | Path, note: str = "") -> None:
     ax.plot(n, 1 / n, ls=":", color="0.4", lw=1, label="chance (1 / objects)")
     ax.set(xlabel="number of objects in context", ylabel="accuracy (text modality, query by color)", ylim=(0, 1.02))
     ax.set_title("Indirect retrieval: accuracy vs context size" + (f"\n{note}" if note else ""), fontsize=9)
-    ax.legend(fontsize=7, loc="lower left")
+    ax.legend(fontsize=7, loc="upper right")
     _save(fig, path)
 
 
