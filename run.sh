@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Quickstart entry point: creates .venv/ with everything vlbind needs (if missing), then
-#   ./run.sh mini [snakemake args]   the text arm at the CPU `mini` scale -> results/figures/fig3.pdf
+#   ./run.sh mini [snakemake args]   the whole DAG at the CPU `mini` scale -> results/figures/*.pdf
 #   ./run.sh test [pytest args]      the test suite
 #   ./run.sh install                 only the install step
 set -euo pipefail
@@ -19,7 +19,7 @@ fi
 cmd=${1:-}
 shift || true
 case "$cmd" in
-    mini) exec .venv/bin/snakemake "${@:-results/figures/fig3.pdf}" --cores 2 --configfile config/mini.yaml ;;
+    mini) exec .venv/bin/snakemake "$@" --cores 2 --configfile config/mini.yaml ;;
     test) exec .venv/bin/python -m pytest "$@" ;;
     install) ;;
     *) echo "usage: ./run.sh mini|test|install [args]" >&2; exit 2 ;;
