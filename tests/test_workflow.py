@@ -203,3 +203,20 @@ def test_paper_config_dry_run_lists_every_stage_for_4_seeds_and_3_encoders(tmp_p
               ("render_bank", "extract_features", "train_text", "train_vision", "evaluate")}
     assert counts == {"render_bank": 1, "extract_features": 3, "train_text": 4 * len(TEXT_STAGES),
                       "train_vision": 4 * 3 * len(VISION_STAGES), "evaluate": 4 * 2 + 4 * 3 * 2}
+
+
+def test_rule_params_do_not_depend_on_the_order_keys_were_merged_in():
+    """Snakemake compares params as written: the same settings in another key order must not rerun a job."""
+    import yaml
+
+    from vlbind import config as vlconfig
+
+    def reverse(d):
+        return {k: reverse(d[k]) for k in reversed(list(d))} if isinstance(d, dict) else d
+
+    config = vlconfig.load([ROOT / "config/config.yaml", ROOT / "config/smoke.yaml"])
+    flipped = reverse(config)
+    for stage, encoder in (("text_s1", None), ("image", ENCODER)):
+        a = yaml.safe_dump(vlconfig.stage_params(config, stage, encoder), sort_keys=False)
+        b = yaml.safe_dump(vlconfig.stage_params(flipped, stage, encoder), sort_keys=False)
+        assert a == b

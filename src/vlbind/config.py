@@ -79,6 +79,17 @@ def load(paths: list[str | Path]) -> dict:
     return validate(config)
 
 
+def canonical(value):
+    """A copy with every mapping's keys sorted. Rule params pass through this: Snakemake compares params as
+    written, so the same settings merged from overlays in another order would otherwise count as a change
+    and rerun the job."""
+    if isinstance(value, dict):
+        return {k: canonical(value[k]) for k in sorted(value)}
+    if isinstance(value, list):
+        return [canonical(v) for v in value]
+    return value
+
+
 def stage_params(config: dict, stage: str, encoder: str | None = None) -> dict:
     """Everything that determines one stage's training: its task, its merged train settings, for the
     first stage the model architecture, for the first image stage the projector, and for stages that
@@ -95,7 +106,7 @@ def stage_params(config: dict, stage: str, encoder: str | None = None) -> dict:
         params["projector"] = dict(config["projector"])
     if uses_images(config, stage):
         params["encoder"] = encoder_spec(config, encoder)
-    return params
+    return canonical(params)
 
 
 def uses_images(config: dict, stage: str) -> bool:
@@ -105,7 +116,7 @@ def uses_images(config: dict, stage: str) -> bool:
 def encoder_spec(config: dict, name: str) -> dict:
     if name not in config["encoders"]:
         raise ConfigError(f"unknown encoder {name!r}; configured under 'encoders': {sorted(config['encoders'])}")
-    return dict(config["encoders"][name])
+    return canonical(config["encoders"][name])
 
 
 def run_name(seed: int, stage: str, encoder: str | None = None) -> str:

@@ -17,9 +17,9 @@ rule evaluate:
     resources:
         gpu=config["resources"]["train_gpus"],
     params:
-        evaluate=config["evaluate"],
-        divergence=config["divergence"],
+        evaluate=vlconfig.canonical(config["evaluate"]),
+        divergence=vlconfig.canonical(config["divergence"]),
         device=config["device"],
-        precision=config["train"]["precision"],
+        precision=vlconfig.canonical(config["train"]["precision"]),
     script:
         "../../scripts/evaluate.py"

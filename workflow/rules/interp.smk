@@ -18,7 +18,7 @@ rule analyze:
     resources:
         gpu=config["resources"]["train_gpus"],
     params:
-        settings=lambda wc: config["interp"][wc.analysis],
+        settings=lambda wc: vlconfig.canonical(config["interp"][wc.analysis]),
         device=config["device"],
     script:
         "../../scripts/analyze.py"
@@ -38,7 +38,7 @@ rule circuits:
     conda:
         "../envs/vlbind.yaml"
     params:
-        circuits=config["interp"]["circuits"],
+        circuits=vlconfig.canonical(config["interp"]["circuits"]),
     script:
         "../../scripts/circuits.py"
 

@@ -13,7 +13,7 @@ rule render_bank:
     conda:
         "../envs/vlbind.yaml"
     params:
-        render=lambda wc: {**config["render"], "layout": wc.layout},
+        render=lambda wc: vlconfig.canonical({**config["render"], "layout": wc.layout}),
     script:
         "../../scripts/render.py"
 
@@ -40,7 +40,7 @@ rule extract_features:
     params:
         encoder=lambda wc: vlconfig.encoder_spec(config, wc.encoder),
         batch_size=config["vision"]["extract_batch_size"],
-        precision=config["vision"]["precision"],
+        precision=vlconfig.canonical(config["vision"]["precision"]),
         device=config["device"],
     script:
         "../../scripts/extract_features.py"
