@@ -162,8 +162,10 @@ def train_stage(model: Transformer, spec: StageSpec, cfg: TrainConfig, out_dir: 
     best_state = {k: v.detach().clone() for k, v in model.state_dict().items()}
     resumed = _load_resume(out_dir / RESUME_FILE, key, model, opt)
     if resumed is not None:
-        step, best_acc, best_step, history, rng_state, best_state, wall_before = resumed
-        rng.bit_generator.state = rng_state
+        progress, best_state = resumed
+        step, best_acc, best_step, history = (progress[k] for k in ("step", "best_acc", "best_step", "history"))
+        wall_before = progress.get("wall_seconds", 0.0)
+        rng.bit_generator.state = progress["rng_state"]
         log.info("resumed %s from step %d (best val acc %.4f)", stage, step, best_acc)
 
     t0, t_last, step_last, losses, reason = time.time(), time.time(), step, [], "max_steps"
@@ -207,8 +209,9 @@ def train_stage(model: Transformer, spec: StageSpec, cfg: TrainConfig, out_dir: 
             reason = "plateau"
             break
         if step % ckpt_every == 0:
-            _save_resume(out_dir / RESUME_FILE, key, model, opt, step, best_acc, best_step, history,
-                         rng.bit_generator.state, best_state, wall_before + time.time() - t0)
+            progress = {"step": step, "best_acc": best_acc, "best_step": best_step, "history": history,
+                        "rng_state": rng.bit_generator.state, "wall_seconds": wall_before + time.time() - t0}
+            _save_resume(out_dir / RESUME_FILE, key, model, opt, progress, best_state)
 
     model.load_state_dict(best_state)
     meta = {"stage": stage, "parent": parent, "stage_spec": spec.to_dict(), "train_config": asdict(cfg),
@@ -229,17 +232,18 @@ def _weights_digest(model: Transformer) -> str:
     return h.hexdigest()[:16]
 
 
-def _save_resume(path, key, model, opt, step, best_acc, best_step, history, rng_state, best_state, wall) -> None:
+def _save_resume(path, key, model, opt, progress: dict, best_state: dict) -> None:
+    """Weights, best weights and optimizer state as tensors; `progress` (step, best accuracy and step,
+    curve, data RNG state, wall time) and the settings key as JSON metadata."""
     tensors = {f"model.{k}": v for k, v in model.state_dict().items()}
     tensors |= {f"best.{k}": v for k, v in best_state.items()}
     opt_tensors, groups = optimizer_tensors(opt)
     tensors |= opt_tensors
-    save_tensors(path, tensors, {"key": key, "step": step, "best_acc": best_acc, "best_step": best_step,
-                                 "history": history, "rng_state": rng_state, "param_groups": groups,
-                                 "wall_seconds": wall})
+    save_tensors(path, tensors, {**progress, "key": key, "param_groups": groups})
 
 
-def _load_resume(path: Path, key: str, model, opt):
+def _load_resume(path: Path, key: str, model, opt) -> tuple[dict, dict] | None:
+    """(progress, best weights) of a saved state made with the same settings, loading model and optimizer."""
     if not path.is_file():
         return None
     tensors, meta = load_tensors(path)
@@ -249,8 +253,7 @@ def _load_resume(path: Path, key: str, model, opt):
     pick = lambda prefix: {k[len(prefix):]: v for k, v in tensors.items() if k.startswith(prefix)}
     model.load_state_dict(pick("model."))
     load_optimizer_tensors(opt, {k: v for k, v in tensors.items() if k.startswith("optim.")}, meta["param_groups"])
-    return (meta["step"], meta["best_acc"], meta["best_step"], meta["history"], meta["rng_state"], pick("best."),
-            meta.get("wall_seconds", 0.0))
+    return meta, pick("best.")
 
 
 def _eta(seconds: float) -> str:
