@@ -52,6 +52,20 @@ def scheduled(dry_run_output: str) -> set[tuple[str, str]]:
     return jobs
 
 
+def dry_run_with(tree: Path, tmp_path: Path, overlay: str) -> set[tuple[str, str]]:
+    """The jobs a dry run schedules in `tree` with the smoke config plus `overlay` (YAML text)."""
+    (tmp_path / "change.yaml").write_text(overlay)
+    return scheduled(snakemake(tree, "-n", "--configfile", "config/smoke.yaml", str(tmp_path / "change.yaml")).stdout)
+
+
+def downstream_of_models(variants) -> set[tuple[str, str]]:
+    """What retraining the models of `variants` reruns after them: evaluation, analyses, figures, tables."""
+    jobs = {("evaluate", f"variant={v}, run={r}") for v in variants for r in RUNS[v]}
+    jobs |= {("analyze", f"analysis={a}, variant={v}, run={r}") for a in ANALYSES for v in variants for r in RUNS[v]}
+    jobs |= {("fig3", ""), ("fig8", ""), ("ood_table", ""), ("training_table", ""), ("all", ""), ("circuits", "")}
+    return jobs | {("interp_figure", f"fig={f}") for f in INTERP_FIGURES}
+
+
 @pytest.fixture(scope="module")
 def smoke_tree(tmp_path_factory):
     work = copy_workflow(tmp_path_factory.mktemp("smoke"))
@@ -107,47 +121,28 @@ def test_complete_tree_schedules_nothing(smoke_tree):
 
 
 def test_changed_stage_parameter_reruns_exactly_that_stage_and_descendants(smoke_tree, tmp_path):
-    overlay = tmp_path / "change.yaml"
-    overlay.write_text("stages:\n  text_s3:\n    train: {lr: 0.002}\n")
-    out = snakemake(smoke_tree, "-n", "--configfile", "config/smoke.yaml", str(overlay)).stdout
-    jobs = scheduled(out)
+    jobs = dry_run_with(smoke_tree, tmp_path, "stages:\n  text_s3:\n    train: {lr: 0.002}\n")
     expected = {("train_text", f"seed={s}, stage={st}") for s in SEEDS for st in TEXT_STAGES[2:]}
     expected |= {("train_vision", f"seed={s}, encoder={ENCODER}, stage={st}") for s in SEEDS for st in VISION_STAGES}
-    expected |= {("evaluate", f"variant={v}, run={r}") for v in VARIANTS for r in RUNS[v]}
-    expected |= {("analyze", f"analysis={a}, variant={v}, run={r}")
-                 for a in ANALYSES for v in VARIANTS for r in RUNS[v]}
-    expected |= {("fig3", ""), ("fig8", ""), ("ood_table", ""), ("training_table", ""), ("all", ""), ("circuits", "")}
-    expected |= {("interp_figure", f"fig={f}") for f in INTERP_FIGURES}
-    assert jobs == expected
+    assert jobs == expected | downstream_of_models(VARIANTS)
 
 
 def test_changed_probe_setting_reruns_only_the_probes_and_what_reads_them(smoke_tree, tmp_path):
-    overlay = tmp_path / "change.yaml"
-    overlay.write_text("interp:\n  probes: {ridge: 2.0}\n")
-    jobs = scheduled(snakemake(smoke_tree, "-n", "--configfile", "config/smoke.yaml", str(overlay)).stdout)
+    jobs = dry_run_with(smoke_tree, tmp_path, "interp:\n  probes: {ridge: 2.0}\n")
     expected = {("analyze", f"analysis=probes, variant={v}, run={r}") for v in VARIANTS for r in RUNS[v]}
     expected |= {("circuits", ""), ("all", "")} | {("interp_figure", f"fig={f}") for f in INTERP_FIGURES}
     assert jobs == expected
 
 
 def test_changed_encoder_setting_reruns_only_its_features_and_vision_stages(smoke_tree, tmp_path):
-    overlay = tmp_path / "change.yaml"
-    overlay.write_text(f"encoders:\n  {ENCODER}: {{grid: 1}}\n")
-    jobs = scheduled(snakemake(smoke_tree, "-n", "--configfile", "config/smoke.yaml", str(overlay)).stdout)
+    jobs = dry_run_with(smoke_tree, tmp_path, f"encoders:\n  {ENCODER}: {{grid: 1}}\n")
     expected = {("extract_features", f"encoder={ENCODER}, layout=per_object")}
     expected |= {("train_vision", f"seed={s}, encoder={ENCODER}, stage={st}") for s in SEEDS for st in VISION_STAGES}
-    expected |= {("evaluate", f"variant={v}, run={r}") for v in VARIANTS[2:] for r in RUNS[v]}
-    expected |= {("analyze", f"analysis={a}, variant={v}, run={r}") for a in ANALYSES for v in VARIANTS[2:]
-                 for r in RUNS[v]}
-    expected |= {("fig3", ""), ("fig8", ""), ("ood_table", ""), ("training_table", ""), ("all", ""), ("circuits", "")}
-    expected |= {("interp_figure", f"fig={f}") for f in INTERP_FIGURES}
-    assert jobs == expected
+    assert jobs == expected | downstream_of_models(VARIANTS[2:])
 
 
 def test_changed_eval_setting_retrains_nothing(smoke_tree, tmp_path):
-    overlay = tmp_path / "change.yaml"
-    overlay.write_text("evaluate: {prompts_per_length: 8}\n")
-    jobs = scheduled(snakemake(smoke_tree, "-n", "--configfile", "config/smoke.yaml", str(overlay)).stdout)
+    jobs = dry_run_with(smoke_tree, tmp_path, "evaluate: {prompts_per_length: 8}\n")
     assert {rule for rule, _ in jobs} == {"evaluate", "fig3", "fig8", "ood_table", "all"}
 
 

@@ -192,22 +192,21 @@ def generate(spec: StageSpec, batch_size: int, rng: np.random.Generator, *, n_pa
     return _materialize(batch, vocab) if materialize_noise else batch
 
 
-def assemble(n, colors, shapes, items, order, query_slot, task, query_by, gap, modality=None, pictures=None,
+def assemble(n, colors, shapes, items, order, query_slot, task, query_by, gap, modality=None, picture=None,
              bank: ImageBank | None = None, vocab: Vocab = VOCAB) -> Batch:
     """Lay out prompts from their bindings (the inverse of reading a Batch's binding fields).
 
     colors / shapes / items: (B, P) token ids per slot, -1 beyond n; order: (B, P) slot of each association
-    entry; gap: noise positions between context pairs. Image contexts (modality IMAGE) need `pictures`,
+    entry; gap: noise positions between context pairs. Image contexts (modality IMAGE) need `picture`,
     the bank row per slot (per_object) or per prompt in column 0 (canvas). `generate` samples the
     bindings; analyses call this directly to build counterfactual prompts.
     """
     B, P = colors.shape
-    modal = np.full(B, TEXT, dtype=np.int64) if modality is None else modality
-    pictured = modal == IMAGE
-    task_, by, q = task, query_by, query_slot
+    modality = np.full(B, TEXT, dtype=np.int64) if modality is None else modality
+    pictured = modality == IMAGE
+    task_, by, q = task, query_by, query_slot  # short names for the layout arithmetic below
     valid = np.arange(P)[None, :] < n[:, None]
     K = bank.tokens_per_image if bank is not None else 0
-    picture = pictures
     if bank is not None and bank.layout == "canvas":
         ctx = np.where(pictured, K, 2 * n)
     else:
@@ -259,7 +258,7 @@ def assemble(n, colors, shapes, items, order, query_slot, task, query_by, gap, m
     t = np.arange(T)[None, :]
     positions = t + gap[:, None] * np.minimum(t // 2, n[:, None] - 1)
     batch = Batch(tokens, positions, roles, slots, answer_pos, target, n, colors, shapes, items, order,
-                  q, task_, by, gap, modal, image_ids, patches)
+                  q, task_, by, gap, modality, image_ids, patches)
     return batch
 
 

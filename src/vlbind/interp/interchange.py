@@ -34,7 +34,7 @@ import torch
 
 from ..model import Transformer, cache_hook
 from ..tasks import BY_COLOR, RETRIEVAL, Batch, StageSpec, assemble, generate
-from ..train import model_inputs
+from ..train import answer_logits, model_inputs
 
 MECHANISMS = ("positional", "color_key", "shape_key", "reflexive", "no_effect")
 LABELS = (*MECHANISMS, "mixed")
@@ -150,7 +150,9 @@ def sweep(model: Transformer, n_pairs: int, seed: int, batch_size: int = 128, de
     """Label shares per layer: tidy rows (layer, label, fraction, count). Returns (table, info) where
     info counts generated, kept and dropped pairs."""
     model.eval()
-    layers = list(range(model.cfg.n_layers + 1)) if layers is None else layers
+    n = model.cfg.n_layers
+    layers = list(range(n + 1)) if layers is None else layers
+    read = sorted({*layers, n})  # the stream after the last block gives the counterfactual's own answer
     rng = np.random.default_rng([seed, 0x1C])
     counts = np.zeros((len(layers), len(LABELS)), dtype=np.int64)
     generated = kept = 0
@@ -158,12 +160,14 @@ def sweep(model: Transformer, n_pairs: int, seed: int, batch_size: int = 128, de
         pairs = make_pairs(min(batch_size, n_pairs - generated), rng)
         generated += len(pairs)
         o, cf = pairs.original, pairs.counterfactual
-        ok = (_unpatched_items(model, o, device) == o.target) & (_unpatched_items(model, cf, device) == cf.target)
+        cf_resid = answer_residuals(model, cf, read, device)
+        ok = ((item_argmax(answer_logits(model, o, device), o) == o.target)
+              & (item_argmax(model.logits(cf_resid[read.index(n)]), cf) == cf.target))
         if not ok.any():
             continue
-        o, cf, preds = o.subset(ok), cf.subset(ok), pairs.predictions[ok]
+        o, preds = o.subset(ok), pairs.predictions[ok]
         kept += int(ok.sum())
-        values = answer_residuals(model, cf, layers, device)
+        values = cf_resid[[read.index(layer) for layer in layers]][:, torch.as_tensor(ok, device=cf_resid.device)]
         predicted = item_argmax(patched_answer_logits(model, o, layers, values, device), o)  # (L, B)
         labels = label_predictions(predicted, preds[None])
         for i in range(len(layers)):
@@ -172,14 +176,6 @@ def sweep(model: Transformer, n_pairs: int, seed: int, batch_size: int = 128, de
              "fraction": counts[i, j] / max(kept, 1)}
             for i, layer in enumerate(layers) for j, label in enumerate(LABELS)]
     return pd.DataFrame(rows), {"generated": generated, "kept": kept, "dropped": generated - kept}
-
-
-def _unpatched_items(model, batch, device) -> np.ndarray:
-    tokens, positions, _ = model_inputs(batch, device)
-    resid = model.residual(tokens, positions)
-    rows = torch.arange(len(batch), device=device)
-    logits = model.logits(resid[rows, torch.as_tensor(batch.answer_pos, device=device)])
-    return item_argmax(logits, batch)
 
 
 def first_spike(table: pd.DataFrame, threshold: float = 0.5) -> int | None:

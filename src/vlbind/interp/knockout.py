@@ -19,7 +19,7 @@ import torch
 
 from ..model import Transformer, knockout_hook
 from ..tasks import BY_COLOR, RETRIEVAL, Batch, Role, StageSpec, batch_sizes, generate
-from ..train import model_inputs
+from ..train import accuracy, count_correct
 
 # Text prompts of <= 8 objects queried by color, as the paper analyses (full vocabulary, shuffled).
 ANALYSIS_SPEC = StageSpec(n_colors=216, n_shapes=216, n_items=32, min_pairs=2, max_pairs=8, shuffle=True)
@@ -59,22 +59,17 @@ def edge_mask(batch: Batch, source: str, target: str, matching: bool) -> np.ndar
     return mask & np.tril(np.ones((T, T), dtype=bool), k=-1)[None]  # causal, never the diagonal
 
 
-@torch.no_grad()
 def accuracy_with_knockout(model: Transformer, batches: list[Batch], masks: list[np.ndarray] | None,
                            device="cpu") -> float:
     """Answer accuracy with the given (B, T, T) blocked-attention masks applied in every layer."""
-    model.eval()
+    if masks is None:
+        return accuracy(model, batches, device)
     hits = total = 0
     names = [f"blocks.{i}.attn.hook_attn_scores" for i in range(model.cfg.n_layers)]
-    for k, b in enumerate(batches):
-        tokens, positions, _ = model_inputs(b, device)
-        hooks = [] if masks is None else [(n, knockout_hook(torch.as_tensor(masks[k], device=device))) for n in names]
-        with model.hooks(hooks):
-            resid = model.residual(tokens, positions)
-        rows = torch.arange(len(b), device=device)
-        pred = model.logits(resid[rows, torch.as_tensor(b.answer_pos, device=device)]).argmax(-1).cpu().numpy()
-        hits += int((pred == b.target).sum())
-        total += len(b)
+    for b, m in zip(batches, masks):
+        with model.hooks([(n, knockout_hook(torch.as_tensor(m, device=device))) for n in names]):
+            h, t = count_correct(model, [b], device)
+        hits, total = hits + h, total + t
     return hits / total
 
 

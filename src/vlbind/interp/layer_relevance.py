@@ -13,8 +13,8 @@ import torch.nn.functional as F
 
 from ..model import Transformer, cache_hook, skip_block_hooks
 from ..tasks import Batch, Role
-from ..train import model_inputs
-from .knockout import accuracy_with_knockout, analysis_prompts
+from ..train import accuracy, model_inputs
+from .knockout import analysis_prompts
 
 
 @torch.no_grad()
@@ -43,7 +43,7 @@ def skip_accuracy(model: Transformer, batches: list[Batch], layer: int | None, d
     """Answer accuracy with block `layer` bypassed (None: nothing skipped)."""
     hooks = [] if layer is None else skip_block_hooks(layer)
     with model.hooks(hooks):
-        return accuracy_with_knockout(model, batches, None, device)
+        return accuracy(model, batches, device)
 
 
 def layer_relevance_table(model: Transformer, n_prompts: int, seed: int, device="cpu") -> tuple[pd.DataFrame, float]:
