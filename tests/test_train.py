@@ -32,19 +32,24 @@ class Kill(Exception):
     pass
 
 
-def test_resume_after_kill_reaches_the_uninterrupted_weights(tmp_path):
+RAMP_SPEC = StageSpec(8, 8, 8, 2, 5, shuffle=True)
+RAMP_CFG = TrainConfig(**{**CFG.__dict__, "ramp_target": 0.0})  # every validation passes: one more object
+
+
+@pytest.mark.parametrize("spec, cfg", [(SPEC, CFG), (RAMP_SPEC, RAMP_CFG)], ids=["plain", "length_ramp"])
+def test_resume_after_kill_reaches_the_uninterrupted_weights(tmp_path, spec, cfg):
     ref = fresh()
-    train_stage(ref, SPEC, CFG, tmp_path / "ref", stage="text_s1")
+    train_stage(ref, spec, cfg, tmp_path / "ref", stage="text_s1")
 
     def die(step):
         if step == 8:
             raise Kill
 
     with pytest.raises(Kill):
-        train_stage(fresh(), SPEC, CFG, tmp_path / "run", stage="text_s1", callback=die)
+        train_stage(fresh(), spec, cfg, tmp_path / "run", stage="text_s1", callback=die)
     assert (tmp_path / "run" / RESUME_FILE).is_file()
     assert not (tmp_path / "run" / "model.safetensors").exists()
-    meta = train_stage(fresh(), SPEC, CFG, tmp_path / "run", stage="text_s1")
+    meta = train_stage(fresh(), spec, cfg, tmp_path / "run", stage="text_s1")
     assert meta["resumed"] and not (tmp_path / "run" / RESUME_FILE).exists()
     resumed, _ = load_model(tmp_path / "run")
     for k, v in ref.state_dict().items():
@@ -84,6 +89,35 @@ def test_stage_keeps_best_weights_and_stops_at_target(tmp_path):
     cfg = TrainConfig(**{**CFG.__dict__, "target_accuracy": 0.0})
     meta = train_stage(fresh(), SPEC, cfg, tmp_path, stage="text_s1")
     assert meta["stopped_because"] == "target_accuracy" and meta["steps"] == cfg.eval_every
+
+
+def test_length_ramp_adds_one_object_per_passed_validation(tmp_path, monkeypatch):
+    import vlbind.train
+
+    longest_trained = []  # the longest prompt of each training batch, in step order
+
+    def recording(spec, batch_size, rng, **kw):
+        batch = generate(spec, batch_size, rng, **kw)
+        if batch_size == RAMP_CFG.batch_size:
+            longest_trained.append(int(batch.n_pairs.max()))
+        return batch
+
+    monkeypatch.setattr(vlbind.train, "generate", recording)
+    cfg = TrainConfig(**{**RAMP_CFG.__dict__, "target_accuracy": 0.0})
+    meta = train_stage(fresh(), RAMP_SPEC, cfg, tmp_path, stage="text_s3")
+    e = cfg.eval_every
+    # 2..3 until the first validation, then 2..4, then 2..5; the target is judged on the full range only
+    assert meta["steps"] == 3 * e and meta["stopped_because"] == "target_accuracy"
+    assert meta["max_pairs_reached"] == 5
+    assert max(longest_trained[:e]) <= 3 and max(longest_trained[e:2 * e]) <= 4
+    assert max(longest_trained[2 * e:]) == 5
+    assert pd.read_parquet(tmp_path / "metrics.parquet")["max_pairs"].tolist() == [3, 4, 5]
+
+
+def test_length_ramp_waits_for_its_target(tmp_path):
+    cfg = TrainConfig(**{**RAMP_CFG.__dict__, "ramp_target": 1.0, "target_accuracy": 0.0})
+    meta = train_stage(fresh(), RAMP_SPEC, cfg, tmp_path, stage="text_s3")
+    assert meta["max_pairs_reached"] == 3 and meta["steps"] == cfg.max_steps  # a random model never scores 1.0
 
 
 def test_warmup_then_constant():

@@ -4,7 +4,14 @@ early stopping.
 
 A stage stops at the first of: validation accuracy reaching `target_accuracy` (the curriculum's advance
 criterion), a plateau (no gain of `min_delta` over the best for `patience` validations), or `max_steps`.
-The weights kept are those of the best validation. Training state (weights, optimizer, data RNG, curve)
+The weights kept are those of the best validation.
+
+Length ramp (`ramp_target`, off by default; not in the paper): the stage starts on prompts of `min_pairs` to
+`min_pairs + 1` objects and lets the longest prompt grow by one object each time validation accuracy on the
+current range reaches `ramp_target`, until the stage's `max_pairs`. Validation always uses the current
+range; the stop rules above judge the full range only (a plateau before it stops the stage there), and
+`max_steps` caps the whole stage. Small models on CPU learn 2..8 objects this way where "all lengths at
+once" sits at chance (docs/results/mini/). Training state (weights, optimizer, data RNG, curve)
 is saved atomically every `checkpoint_every` steps and a killed run resumes from it and reaches the same
 weights as an uninterrupted one; a saved state whose settings differ is discarded, not resumed.
 """
@@ -17,7 +24,7 @@ import logging
 import math
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -54,6 +61,7 @@ class TrainConfig:
     max_steps: int = 100_000
     checkpoint_every: int = 1000  # rounded up to a multiple of eval_every
     precision: str = "fp32"  # "fp32" or "bf16" (autocast)
+    ramp_target: float | None = None  # length ramp (see module doc); None: all lengths from the start
     seed: int = 0
 
     def __post_init__(self) -> None:
@@ -153,24 +161,27 @@ def train_stage(model: Transformer, spec: StageSpec, cfg: TrainConfig, out_dir: 
     model.to(device).train()
     opt = make_optimizer(model, cfg)
     rng = np.random.default_rng([cfg.seed, int(fingerprint(stage), 16) % (2**32)])
-    val = validation_set(spec, cfg, bank=bank)
     key = fingerprint(stage, spec.to_dict(), asdict(cfg), model.cfg.to_dict(), parent,
                       _weights_digest(model))
     ckpt_every = math.ceil(cfg.checkpoint_every / cfg.eval_every) * cfg.eval_every
 
     step, best_acc, best_step, history, wall_before = 0, -1.0, 0, [], 0.0
+    longest = spec.max_pairs if cfg.ramp_target is None else min(spec.min_pairs + 1, spec.max_pairs)
     best_state = {k: v.detach().clone() for k, v in model.state_dict().items()}
     resumed = _load_resume(out_dir / RESUME_FILE, key, model, opt)
     if resumed is not None:
         progress, best_state = resumed
         step, best_acc, best_step, history = (progress[k] for k in ("step", "best_acc", "best_step", "history"))
         wall_before = progress.get("wall_seconds", 0.0)
+        longest = progress.get("longest", longest)
         rng.bit_generator.state = progress["rng_state"]
         log.info("resumed %s from step %d (best val acc %.4f)", stage, step, best_acc)
+    current = replace(spec, max_pairs=longest)
+    val = validation_set(current, cfg, bank=bank)
 
     t0, t_last, step_last, losses, reason = time.time(), time.time(), step, [], "max_steps"
     while step < cfg.max_steps:
-        batch = generate(spec, cfg.batch_size, rng, bank=bank)
+        batch = generate(current, cfg.batch_size, rng, bank=bank)
         logits = answer_logits(model, batch, device, cfg.precision, bank)
         loss = F.cross_entropy(logits, torch.from_numpy(batch.target).to(logits.device))
         opt.zero_grad(set_to_none=True)
@@ -191,18 +202,26 @@ def train_stage(model: Transformer, spec: StageSpec, cfg: TrainConfig, out_dir: 
         t_last, step_last = now, step
         history.append({"step": step, "train_loss": float(np.mean(losses)), "val_accuracy": acc,
                         "lr": lr_at(step, cfg), "grad_norm": grad_norm, "steps_per_s": rate,
-                        "finite": bool(np.isfinite(losses).all())})
+                        "finite": bool(np.isfinite(losses).all()), "max_pairs": longest})
         losses = []
         if acc >= best_acc + cfg.min_delta or best_acc < 0:
             best_acc, best_step = acc, step
             best_state = {k: v.detach().clone() for k, v in model.state_dict().items()}
-        log.info("%s step %d/%d loss %.4f val_acc %.4f best %.4f@%d | %.1f steps/s, %.0f tok/s, ETA to cap %s",
-                 stage, step, cfg.max_steps, history[-1]["train_loss"], acc, best_acc, best_step, rate,
-                 rate * cfg.batch_size * batch.tokens.shape[1], _eta((cfg.max_steps - step) / max(rate, 1e-9)))
+        log.info("%s step %d/%d objects %d..%d loss %.4f val_acc %.4f best %.4f@%d | %.1f steps/s, %.0f tok/s, "
+                 "ETA to cap %s", stage, step, cfg.max_steps, spec.min_pairs, longest, history[-1]["train_loss"],
+                 acc, best_acc, best_step, rate, rate * cfg.batch_size * batch.tokens.shape[1],
+                 _eta((cfg.max_steps - step) / max(rate, 1e-9)))
         if not history[-1]["finite"]:
             reason = "non_finite_loss"
             break
-        if cfg.target_accuracy is not None and acc >= cfg.target_accuracy:
+        if longest < spec.max_pairs:
+            if acc >= cfg.ramp_target:
+                longest += 1
+                current = replace(spec, max_pairs=longest)
+                val = validation_set(current, cfg, bank=bank)
+                best_acc, best_step = -1.0, step  # from here on the best is judged on the longer range
+                log.info("%s step %d: ramp to %d..%d objects", stage, step, spec.min_pairs, longest)
+        elif cfg.target_accuracy is not None and acc >= cfg.target_accuracy:
             reason = "target_accuracy"
             break
         if (step - best_step) >= cfg.patience * cfg.eval_every:
@@ -210,13 +229,15 @@ def train_stage(model: Transformer, spec: StageSpec, cfg: TrainConfig, out_dir: 
             break
         if step % ckpt_every == 0:
             progress = {"step": step, "best_acc": best_acc, "best_step": best_step, "history": history,
-                        "rng_state": rng.bit_generator.state, "wall_seconds": wall_before + time.time() - t0}
+                        "rng_state": rng.bit_generator.state, "wall_seconds": wall_before + time.time() - t0,
+                        "longest": longest}
             _save_resume(out_dir / RESUME_FILE, key, model, opt, progress, best_state)
 
     model.load_state_dict(best_state)
     meta = {"stage": stage, "parent": parent, "stage_spec": spec.to_dict(), "train_config": asdict(cfg),
             "model_config": model.cfg.to_dict(), "steps": step, "best_step": best_step,
-            "best_val_accuracy": best_acc, "stopped_because": reason, "resumed": resumed is not None,
+            "best_val_accuracy": best_acc, "max_pairs_reached": longest, "stopped_because": reason,
+            "resumed": resumed is not None,
             "wall_seconds": wall_before + time.time() - t0, "vlbind_version": __version__}
     save_model(out_dir, model, meta, pd.DataFrame(history))
     (out_dir / RESUME_FILE).unlink(missing_ok=True)
