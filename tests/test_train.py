@@ -106,18 +106,19 @@ def test_length_ramp_adds_one_object_per_passed_validation(tmp_path, monkeypatch
     cfg = TrainConfig(**{**RAMP_CFG.__dict__, "target_accuracy": 0.0})
     meta = train_stage(fresh(), RAMP_SPEC, cfg, tmp_path, stage="text_s3")
     e = cfg.eval_every
-    # 2..3 until the first validation, then 2..4, then 2..5; the target is judged on the full range only
-    assert meta["steps"] == 3 * e and meta["stopped_because"] == "target_accuracy"
+    # 2 objects until the first validation, then 2..3, 2..4, 2..5; the target is judged on the full range only
+    assert meta["steps"] == 4 * e and meta["stopped_because"] == "target_accuracy"
     assert meta["max_pairs_reached"] == 5
-    assert max(longest_trained[:e]) <= 3 and max(longest_trained[e:2 * e]) <= 4
-    assert max(longest_trained[2 * e:]) == 5
-    assert pd.read_parquet(tmp_path / "metrics.parquet")["max_pairs"].tolist() == [3, 4, 5]
+    for level, longest in enumerate((2, 3, 4)):
+        assert max(longest_trained[level * e:(level + 1) * e]) <= longest
+    assert max(longest_trained[3 * e:]) == 5
+    assert pd.read_parquet(tmp_path / "metrics.parquet")["max_pairs"].tolist() == [2, 3, 4, 5]
 
 
 def test_length_ramp_waits_for_its_target(tmp_path):
     cfg = TrainConfig(**{**RAMP_CFG.__dict__, "ramp_target": 1.0, "target_accuracy": 0.0})
     meta = train_stage(fresh(), RAMP_SPEC, cfg, tmp_path, stage="text_s3")
-    assert meta["max_pairs_reached"] == 3 and meta["steps"] == cfg.max_steps  # a random model never scores 1.0
+    assert meta["max_pairs_reached"] == 2 and meta["steps"] == cfg.max_steps  # a random model never scores 1.0
 
 
 def test_warmup_then_constant():

@@ -6,8 +6,8 @@ A stage stops at the first of: validation accuracy reaching `target_accuracy` (t
 criterion), a plateau (no gain of `min_delta` over the best for `patience` validations), or `max_steps`.
 The weights kept are those of the best validation.
 
-Length ramp (`ramp_target`, off by default; not in the paper): the stage starts on prompts of `min_pairs` to
-`min_pairs + 1` objects and lets the longest prompt grow by one object each time validation accuracy on the
+Length ramp (`ramp_target`, off by default; not in the paper): the stage starts on prompts of `min_pairs` objects
+and lets the longest prompt grow by one object each time validation accuracy on the
 current range reaches `ramp_target`, until the stage's `max_pairs`. Validation always uses the current
 range; the stop rules above judge the full range only (a plateau before it stops the stage there), and
 `max_steps` caps the whole stage. Small models on CPU learn 2..8 objects this way where "all lengths at
@@ -166,7 +166,7 @@ def train_stage(model: Transformer, spec: StageSpec, cfg: TrainConfig, out_dir: 
     ckpt_every = math.ceil(cfg.checkpoint_every / cfg.eval_every) * cfg.eval_every
 
     step, best_acc, best_step, history, wall_before = 0, -1.0, 0, [], 0.0
-    longest = spec.max_pairs if cfg.ramp_target is None else min(spec.min_pairs + 1, spec.max_pairs)
+    longest = spec.max_pairs if cfg.ramp_target is None else spec.min_pairs
     best_state = {k: v.detach().clone() for k, v in model.state_dict().items()}
     resumed = _load_resume(out_dir / RESUME_FILE, key, model, opt)
     if resumed is not None:
