@@ -8,7 +8,9 @@
    the [ANSWER] rows, fp32 and bf16 autocast;
 2. noise_text vs text_only step cost (noise realised as RoPE position jumps);
 3. prompt generation as a share of a training step;
-4. `snakemake -n` on a complete tree (the smoke DAG, built once in a temporary directory).
+4. `snakemake -n` on a complete tree (the smoke DAG, built once in a temporary directory);
+5. with --profile: where each model's fp32 step spends its time (matrix multiplies vs everything else),
+   which bounds how far ahead of an equal-size model with the same FLOPs ours can get.
 Run it when nothing else runs: on a busy 2-core box timings are noise.
 """
 
@@ -76,6 +78,23 @@ def ours(model, b, precision):
     return answer_logits(model, b, "cpu", precision)
 
 
+def matmul_share(runs, batches) -> list[tuple[float, float]]:
+    """(ms per step in matrix multiplies, ms per step in everything else) of each fp32 training step."""
+    from torch.profiler import profile
+
+    out = []
+    for run in runs:
+        time_steps([run], batches[:4], "fp32")  # warm-up
+        with profile() as prof:
+            time_steps([run], batches[4:], "fp32")
+        events = prof.key_averages()
+        total = sum(e.self_cpu_time_total for e in events)
+        mm = sum(e.self_cpu_time_total for e in events if e.key in ("aten::mm", "aten::addmm", "aten::bmm"))
+        steps = len(batches) - 4
+        out.append((mm / steps / 1e3, (total - mm) / steps / 1e3))
+    return out
+
+
 def dag_dry_run_seconds() -> float:
     work = Path(tempfile.mkdtemp(prefix="vlbind-bench-"))
     try:
@@ -99,6 +118,7 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--steps", type=int, default=30)
     ap.add_argument("--skip-dag", action="store_true")
+    ap.add_argument("--profile", action="store_true", help="also split each step into matmul / other time")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     cfg = ModelConfig()
@@ -114,6 +134,12 @@ def main() -> None:
         t_ours, t_hf = time_steps([(model, ours), (hf, hf_answer_logits)], batches, precision)
         print(f"| ours (Table 2) | {precision} | {1 / t_ours:.2f} | {tokens / t_ours:,.0f} | {t_hf / t_ours:.2f}x |")
         print(f"| HF Llama, equal size | {precision} | {1 / t_hf:.2f} | {tokens / t_hf:,.0f} | |")
+
+    if args.profile:
+        print("\n| model (fp32, profiled) | matmul ms/step | other ms/step | matmul share |\n|---|---|---|---|")
+        for name, (mm, other) in zip(("ours", "HF Llama"), matmul_share([(model, ours), (hf, hf_answer_logits)],
+                                                                       batches[:14])):
+            print(f"| {name} | {mm:.1f} | {other:.1f} | {100 * mm / (mm + other):.0f}% |")
 
     noisy = [generate(NOISE_TEXT, 32, rng, n_pairs=8) for _ in range(args.steps + 3)]
     t_text, t_noise = [], []
