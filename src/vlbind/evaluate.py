@@ -64,6 +64,8 @@ def divergence(curves: dict[str, pd.DataFrame], collapse_drop: float) -> str | N
         bad = curve[~curve["finite"]]
         if len(bad):
             return f"{stage}: non-finite loss by step {int(bad['step'].iloc[0])}"
+        if "max_pairs" in curve:  # a length ramp validates on a growing range: compare like with like
+            curve = curve[curve["max_pairs"] == curve["max_pairs"].iloc[-1]]
         best = curve.loc[curve["val_accuracy"].idxmax()]
         last = curve.iloc[-1]
         if last["val_accuracy"] < best["val_accuracy"] - collapse_drop:
