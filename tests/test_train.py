@@ -119,6 +119,8 @@ def test_length_ramp_waits_for_its_target(tmp_path):
     cfg = TrainConfig(**{**RAMP_CFG.__dict__, "ramp_target": 1.0, "target_accuracy": 0.0})
     meta = train_stage(fresh(), RAMP_SPEC, cfg, tmp_path, stage="text_s3")
     assert meta["max_pairs_reached"] == 2 and meta["steps"] == cfg.max_steps  # a random model never scores 1.0
+    from vlbind.figures import training_summary
+    assert training_summary([tmp_path / "meta.json"])["max_objects"].tolist() == [2]  # not the stage's 5
 
 
 def test_warmup_then_constant():

@@ -4,16 +4,16 @@ early stopping.
 
 A stage stops at the first of: validation accuracy reaching `target_accuracy` (the curriculum's advance
 criterion), a plateau (no gain of `min_delta` over the best for `patience` validations), or `max_steps`.
-The weights kept are those of the best validation.
-
-Length ramp (`ramp_target`, off by default; not in the paper): the stage starts on prompts of `min_pairs` objects
-and lets the longest prompt grow by one object each time validation accuracy on the
-current range reaches `ramp_target`, until the stage's `max_pairs`. Validation always uses the current
-range; the stop rules above judge the full range only (a plateau before it stops the stage there), and
-`max_steps` caps the whole stage. Small models on CPU learn 2..8 objects this way where "all lengths at
-once" sits at chance (docs/results/mini/). Training state (weights, optimizer, data RNG, curve)
+The weights kept are those of the best validation. Training state (weights, optimizer, data RNG, curve)
 is saved atomically every `checkpoint_every` steps and a killed run resumes from it and reaches the same
 weights as an uninterrupted one; a saved state whose settings differ is discarded, not resumed.
+
+Length ramp (`ramp_target`, off by default; not in the paper): the stage starts on prompts of `min_pairs`
+objects and lets the longest prompt grow by one object each time validation accuracy on the current range
+reaches `ramp_target`, until the stage's `max_pairs`. Validation always uses the current range; the stop
+rules above judge the full range only (a plateau before it stops the stage there), and `max_steps` caps
+the whole stage. A small model on CPU gets through 2..8 objects this way where "all lengths at once" sits
+at chance (docs/results/mini/).
 """
 
 from __future__ import annotations
