@@ -72,6 +72,24 @@ def test_resume_state_from_other_settings_is_ignored(tmp_path):
     assert not meta["resumed"]
 
 
+def test_raising_the_step_cap_resumes_and_matches_a_run_with_that_cap(tmp_path):
+    longer = TrainConfig(**{**CFG.__dict__, "max_steps": 15})
+    ref = fresh()
+    train_stage(ref, SPEC, longer, tmp_path / "ref", stage="text_s1")
+
+    def die(step):
+        if step == 8:
+            raise Kill
+
+    with pytest.raises(Kill):
+        train_stage(fresh(), SPEC, CFG, tmp_path / "run", stage="text_s1", callback=die)
+    meta = train_stage(fresh(), SPEC, longer, tmp_path / "run", stage="text_s1")
+    assert meta["resumed"] and meta["steps"] == 15
+    resumed, _ = load_model(tmp_path / "run")
+    for k, v in ref.state_dict().items():
+        assert torch.equal(resumed.state_dict()[k], v), k
+
+
 def test_same_seed_same_weights_and_metrics(tmp_path):
     a, b = fresh(), fresh()
     train_stage(a, SPEC, CFG, tmp_path / "a", stage="text_s1")

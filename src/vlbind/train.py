@@ -6,7 +6,8 @@ A stage stops at the first of: validation accuracy reaching `target_accuracy` (t
 criterion), a plateau (no gain of `min_delta` over the best for `patience` validations), or `max_steps`.
 The weights kept are those of the best validation. Training state (weights, optimizer, data RNG, curve)
 is saved atomically every `checkpoint_every` steps and a killed run resumes from it and reaches the same
-weights as an uninterrupted one; a saved state whose settings differ is discarded, not resumed.
+weights as an uninterrupted one; a saved state whose settings differ is discarded, not resumed (a raised
+`max_steps` is not a difference: kill a stage, raise its cap, and it resumes).
 
 Length ramp (`ramp_target`, off by default; not in the paper): the stage starts on prompts of `min_pairs`
 objects and lets the longest prompt grow by one object each time validation accuracy on the current range
@@ -161,7 +162,8 @@ def train_stage(model: Transformer, spec: StageSpec, cfg: TrainConfig, out_dir: 
     model.to(device).train()
     opt = make_optimizer(model, cfg)
     rng = np.random.default_rng([cfg.seed, int(fingerprint(stage), 16) % (2**32)])
-    key = fingerprint(stage, spec.to_dict(), asdict(cfg), model.cfg.to_dict(), parent,
+    # max_steps only says when to stop, never what a step does: raising a cap keeps a killed run's progress
+    key = fingerprint(stage, spec.to_dict(), {**asdict(cfg), "max_steps": None}, model.cfg.to_dict(), parent,
                       _weights_digest(model))
     ckpt_every = math.ceil(cfg.checkpoint_every / cfg.eval_every) * cfg.eval_every
 
