@@ -46,7 +46,9 @@ def validate(config: dict) -> dict:
     if errors:
         e = errors[0]
         where = ".".join(str(p) for p in e.absolute_path) or "<top level>"
-        hint = " (an overlay such as config/mini.yaml goes after config/config.yaml)" if e.validator == "required" else ""
+        hint = ""
+        if e.validator == "required":
+            hint = " (an overlay such as config/mini.yaml goes after config/config.yaml)"
         raise ConfigError(f"invalid config at '{where}': {e.message}{hint}")
     for name, stage in config["stages"].items():
         task = stage["task"]
