@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from vlbind.tasks import BY_COLOR, BY_SHAPE, GROUNDING, RETRIEVAL, Role, StageSpec, generate, prompt_text
+from vlbind.tasks import BY_COLOR, BY_SHAPE, GROUNDING, LOOKUP, RETRIEVAL, Role, StageSpec, generate, prompt_text
 from vlbind.vocab import VOCAB
 
 CURRICULUM = {
@@ -15,6 +15,7 @@ CURRICULUM = {
     "noise_text": StageSpec(216, 216, 32, 2, 8, shuffle=True, symmetric_fraction=0.5, noise_tokens=100,
                             noise_fraction=0.5),
     "mixed_tasks": StageSpec(216, 216, 32, 2, 8, grounding_fraction=0.5, symmetric_fraction=0.5),
+    "one_hop_practice": StageSpec(216, 216, 8, 2, 8, symmetric_fraction=0.5, hop_fraction=0.6),
 }
 
 
@@ -37,6 +38,8 @@ def solve(text: str) -> str:
     entries = " ".join(middle).split(" [SEP] ")
     assoc = dict(e.split() for e in entries)
     assert len(assoc) == len(pairs)
+    if query in assoc:  # association lookup: the query is itself an association key
+        return assoc[query]
     return assoc[entity]
 
 
@@ -104,6 +107,20 @@ def test_overrides_fix_task_direction_and_length():
     assert (b.target < VOCAB.shape_offset).all()  # grounding by shape answers a color
     b = generate(spec, 100, np.random.default_rng(5), task=RETRIEVAL, query_by=BY_COLOR)
     assert (b.target >= VOCAB.item_offset).all()
+
+
+def test_one_hop_practice_mixes_grounding_and_lookup_and_validation_leaves_it_out():
+    from vlbind.train import TrainConfig, validation_set
+
+    spec = CURRICULUM["one_hop_practice"]
+    b = generate(spec, 4000, np.random.default_rng(7))
+    share = {t: (b.task == t).mean() for t in (RETRIEVAL, GROUNDING, LOOKUP)}
+    assert abs(share[RETRIEVAL] - 0.4) < 0.03 and abs(share[GROUNDING] - 0.3) < 0.03 and abs(share[LOOKUP] - 0.3) < 0.03
+    lookup = b.task == LOOKUP  # the query is the association key (a shape when items sit on shapes)
+    keys = np.where(b.query_by == BY_COLOR, b.shapes.T, b.colors.T).T
+    assert np.array_equal(b.tokens[lookup, b.answer_pos[lookup] - 1], keys[lookup, b.query_slot[lookup]])
+    val = validation_set(spec, TrainConfig(val_size=300))
+    assert all((v.task == RETRIEVAL).all() for v in val) and sum(len(v) for v in val) == 300
 
 
 def test_noise_is_a_position_jump_of_100_between_consecutive_pairs():

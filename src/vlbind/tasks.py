@@ -9,6 +9,8 @@ Layout of a retrieval prompt with n objects (compact index t, no noise):
     t = 5n, 5n+1, 5n+2 [QUESTION] query [ANSWER]                         (length 5n+3)
 
 A grounding prompt has no association list: context, [CONTEXTEND] [QUESTION] query [ANSWER] (2n+4).
+An association-lookup prompt (not in the paper; see StageSpec.hop_fraction) is laid out like retrieval but
+queries the association key itself (a shape, when items sit on shapes), so its answer is one hop away.
 Objects are identified by their *slot* p, their index in the context. Every batch carries the role of
 every position, the slot it refers to and the bindings (color, shape, item per slot), so analyses never
 re-parse text.
@@ -51,7 +53,7 @@ class Role(IntEnum):
     CONTEXT_IMAGE = 11  # an image patch token; its slot is the object it shows (-1: background)
 
 
-RETRIEVAL, GROUNDING = 0, 1
+RETRIEVAL, GROUNDING, LOOKUP = 0, 1, 2
 BY_COLOR, BY_SHAPE = 0, 1
 TEXT, IMAGE = 0, 1  # modality of a prompt's context
 
@@ -74,6 +76,10 @@ class StageSpec:
     noise_tokens: int = 0  # unattendable noise tokens between consecutive context pairs
     noise_fraction: float = 1.0  # share of prompts that carry noise when noise_tokens > 0
     image_fraction: float = 0.0  # share of prompts whose context is images (D.6: 1.0, D.7 mixed: 0.2)
+    # Share of *training* prompts that practise one hop of retrieval alone: half feature grounding (color ->
+    # its shape), half association lookup (shape -> its item). Not in the paper (ours, for the mini
+    # curriculum); validation sets leave these prompts out (vlbind.train.validation_set).
+    hop_fraction: float = 0.0
 
     def __post_init__(self) -> None:
         limits = {"n_colors": VOCAB.n_colors, "n_shapes": VOCAB.n_shapes, "n_items": VOCAB.n_items}
@@ -87,7 +93,7 @@ class StageSpec:
             if getattr(self, key) < self.max_pairs:
                 raise ValueError(f"StageSpec.{key}={getattr(self, key)} is smaller than max_pairs={self.max_pairs}: "
                                  "objects in a prompt need distinct tokens")
-        for key in ("grounding_fraction", "symmetric_fraction", "noise_fraction", "image_fraction"):
+        for key in ("grounding_fraction", "symmetric_fraction", "noise_fraction", "image_fraction", "hop_fraction"):
             if not 0.0 <= getattr(self, key) <= 1.0:
                 raise ValueError(f"StageSpec.{key}={getattr(self, key)} must lie in [0, 1]")
         if self.noise_tokens < 0:
@@ -117,7 +123,7 @@ class Batch:
     items: np.ndarray  # (B, P) item bound to slot p
     association_order: np.ndarray  # (B, P) slot of association entry j, -1 beyond n_pairs
     query_slot: np.ndarray  # (B,)
-    task: np.ndarray  # (B,) RETRIEVAL or GROUNDING
+    task: np.ndarray  # (B,) RETRIEVAL, GROUNDING or LOOKUP
     query_by: np.ndarray  # (B,) BY_COLOR or BY_SHAPE
     noise: np.ndarray  # (B,) noise tokens per gap between context pairs
     modality: np.ndarray  # (B,) TEXT or IMAGE context
@@ -165,6 +171,9 @@ def generate(spec: StageSpec, batch_size: int, rng: np.random.Generator, *, n_pa
     order[~valid] = -1
     query_slot = (rng.random(B) * n).astype(np.int64)
     task_ = _choice(rng, B, spec.grounding_fraction, task, GROUNDING, RETRIEVAL)
+    if task is None and spec.hop_fraction > 0:  # draws nothing otherwise: other stages keep their stream
+        hop = rng.random(B) < spec.hop_fraction
+        task_ = np.where(hop, np.where(rng.random(B) < 0.5, GROUNDING, LOOKUP), task_)
     by = _choice(rng, B, spec.symmetric_fraction, query_by, BY_SHAPE, BY_COLOR)
     noisy = rng.random(B) < spec.noise_fraction if noise is None else np.full(B, bool(noise))
     if modality is None and spec.image_fraction == 0:
@@ -212,7 +221,8 @@ def assemble(n, colors, shapes, items, order, query_slot, task, query_by, gap, m
     else:
         ctx = np.where(pictured, K * n, 2 * n)
 
-    length = np.where(task_ == RETRIEVAL, ctx + 3 * n + 3, ctx + 4)
+    listed = task_ != GROUNDING  # prompts with an association list
+    length = np.where(listed, ctx + 3 * n + 3, ctx + 4)
     T = int(length.max())
     rows = np.arange(B)
     tokens = np.full((B, T), vocab.pad, dtype=np.int64)
@@ -239,7 +249,7 @@ def assemble(n, colors, shapes, items, order, query_slot, task, query_by, gap, m
         image_ids[r, t], patches[r, t] = image, patch
     put(rows, ctx, vocab.context_end, Role.CONTEXT_END)
 
-    r, j = np.nonzero(valid & (task_ == RETRIEVAL)[:, None])
+    r, j = np.nonzero(valid & listed[:, None])
     s = order[r, j]
     start = ctx[r] + 1 + 3 * j
     key = np.where(by[r] == BY_COLOR, shapes[r, s], colors[r, s])
@@ -250,10 +260,11 @@ def assemble(n, colors, shapes, items, order, query_slot, task, query_by, gap, m
 
     answer_pos = length - 1
     put(rows, answer_pos - 2, vocab.question, Role.QUESTION)
-    put(rows, answer_pos - 1, np.where(by == BY_COLOR, colors[rows, q], shapes[rows, q]), Role.QUERY, q)
+    attribute = np.where(by == BY_COLOR, colors[rows, q], shapes[rows, q])  # the queried object's attribute
+    linked = np.where(by == BY_COLOR, shapes[rows, q], colors[rows, q])  # its other one: association key
+    put(rows, answer_pos - 1, np.where(task_ == LOOKUP, linked, attribute), Role.QUERY, q)
     put(rows, answer_pos, vocab.answer, Role.ANSWER)
-    grounded = np.where(by == BY_COLOR, shapes[rows, q], colors[rows, q])
-    target = np.where(task_ == RETRIEVAL, items[rows, q], grounded)
+    target = np.where(task_ == GROUNDING, linked, items[rows, q])
 
     t = np.arange(T)[None, :]
     positions = t + gap[:, None] * np.minimum(t // 2, n[:, None] - 1)
