@@ -3,12 +3,14 @@ association order, the wall after the length ramp solved text_s3? Each run train
 distribution (216 colors and shapes, 8 items, 2..8 objects) with the trainer's length ramp (start at 2
 objects, one more at 95 % validation), lr 1e-3, 100-step warm-up, from a checkpoint or from scratch.
 
-    python docs/results/mini/experiments/shuffled_order.py START OUT [--shuffle] [--grounding F]
+    python docs/results/mini/experiments/shuffled_order.py START OUT [--shuffle] [--grounding F] [--hops F]
         [--cap STEPS]
 
 START is a model directory (e.g. results/models/seed0/text_s3) or `scratch` (a fresh mini model, then
 the text_s1 vocabulary: 8 colors, 8 shapes, 2 objects). --grounding F mixes a share F of feature-grounding
-prompts (query a color, answer its shape) in.
+prompts (query a color, answer its shape) in. --hops F sets StageSpec.hop_fraction, training-only one-hop
+practice (now the mini text_s4 recipe: `--shuffle --hops 0.667` from results/models/seed1/text_s3; its first
+run drew the same task shares through a patched generator before hop_fraction existed).
 """
 import argparse
 import logging
@@ -27,6 +29,7 @@ ap.add_argument("start")
 ap.add_argument("out")
 ap.add_argument("--shuffle", action="store_true", help="association list in random order (text_s4)")
 ap.add_argument("--grounding", type=float, default=0.0, help="share of feature-grounding prompts")
+ap.add_argument("--hops", type=float, default=0.0, help="share of one-hop practice prompts (training only)")
 ap.add_argument("--lr", type=float, default=1e-3)
 ap.add_argument("--cap", type=int, default=40000)
 ap.add_argument("--seed", type=int, default=0)
@@ -37,11 +40,11 @@ torch.manual_seed(a.seed)
 if a.start == "scratch":
     model = Transformer(ModelConfig(n_layers=6, d_model=64, d_ff=256, n_heads=4))
     spec = StageSpec(n_colors=8, n_shapes=8, n_items=8, min_pairs=2, max_pairs=2, shuffle=a.shuffle,
-                     grounding_fraction=a.grounding)
+                     grounding_fraction=a.grounding, hop_fraction=a.hops)
 else:
     model, _ = load_model(a.start)
     spec = StageSpec(n_colors=216, n_shapes=216, n_items=8, min_pairs=2, max_pairs=8, shuffle=a.shuffle,
-                     grounding_fraction=a.grounding)
+                     grounding_fraction=a.grounding, hop_fraction=a.hops)
 cfg = TrainConfig(lr=a.lr, warmup_steps=100, eval_every=250, val_size=512, target_accuracy=0.95,
                   ramp_target=0.95, patience=1000, max_steps=a.cap, seed=a.seed)
 meta = train_stage(model, spec, cfg, Path(a.out), stage="experiment")
