@@ -36,7 +36,12 @@ RAMP_SPEC = StageSpec(8, 8, 8, 2, 5, shuffle=True)
 RAMP_CFG = TrainConfig(**{**CFG.__dict__, "ramp_target": 0.0})  # every validation passes: one more object
 
 
-@pytest.mark.parametrize("spec, cfg", [(SPEC, CFG), (RAMP_SPEC, RAMP_CFG)], ids=["plain", "length_ramp"])
+# min_delta 1: no validation after the first is a new best, so the rate decays every lr_patience validations
+DECAY_CFG = TrainConfig(**{**CFG.__dict__, "min_delta": 1.0, "lr_decay": 0.5, "lr_patience": 1})
+
+
+@pytest.mark.parametrize("spec, cfg", [(SPEC, CFG), (RAMP_SPEC, RAMP_CFG), (SPEC, DECAY_CFG)],
+                         ids=["plain", "length_ramp", "lr_decay"])
 def test_resume_after_kill_reaches_the_uninterrupted_weights(tmp_path, spec, cfg):
     ref = fresh()
     train_stage(ref, spec, cfg, tmp_path / "ref", stage="text_s1")
@@ -141,6 +146,24 @@ def test_length_ramp_waits_for_its_target(tmp_path):
     assert training_summary([tmp_path / "meta.json"])["max_objects"].tolist() == [2]  # not the stage's 5
 
 
+def test_lr_decays_after_patience_validations_without_a_new_best_down_to_its_floor(tmp_path, monkeypatch):
+    import vlbind.train
+
+    opts, used = [], {}  # the optimizer's rate at every step
+    monkeypatch.setattr(vlbind.train, "make_optimizer", lambda m, c: opts.append(
+        vlbind.train.torch.optim.AdamW(m.parameters(), lr=c.lr)) or opts[-1])
+    cfg = TrainConfig(**{**CFG.__dict__, "warmup_steps": 1, "max_steps": 30, "min_delta": 1.0,
+                         "lr_decay": 0.5, "lr_patience": 2, "min_lr": CFG.lr / 6})
+    train_stage(fresh(), SPEC, cfg, tmp_path, stage="text_s1",
+                callback=lambda step: used.setdefault(step, opts[0].param_groups[0]["lr"]))
+    # validations every 3 steps; the best is the first (step 3); 2 validations later (step 9) x0.5, 2 more
+    # (step 15) x0.25, then (step 21) the floor 1/6 (not x0.125), where it stays
+    factor = lambda step: 1.0 if step <= 9 else 0.5 if step <= 15 else 0.25 if step <= 21 else 1 / 6
+    assert used == {step: pytest.approx(cfg.lr * factor(step)) for step in range(1, 31)}
+    history = pd.read_parquet(tmp_path / "metrics.parquet")
+    assert history["lr"].tolist() == pytest.approx([cfg.lr * factor(s) for s in history["step"]])
+
+
 def test_warmup_then_constant():
     cfg = TrainConfig(lr=1e-3, warmup_steps=2000)
     assert lr_at(1, cfg) == pytest.approx(1e-3 / 2000)
@@ -196,5 +219,7 @@ def test_evaluation_matches_naive_loop_and_never_mutates(tmp_path):
 def test_bad_train_config_names_the_key():
     with pytest.raises(ValueError, match="precision"):
         TrainConfig(precision="fp8")
+    with pytest.raises(ValueError, match="lr_decay"):
+        TrainConfig(lr_decay=1.5)
     with pytest.raises(ValueError, match="lrr"):
         TrainConfig.from_dict({"lrr": 1})
