@@ -215,3 +215,33 @@ def test_rule_params_do_not_depend_on_the_order_keys_were_merged_in():
         a = yaml.safe_dump(vlconfig.stage_params(config, stage, encoder), sort_keys=False)
         b = yaml.safe_dump(vlconfig.stage_params(flipped, stage, encoder), sort_keys=False)
         assert a == b
+
+
+def test_settings_at_their_schema_default_are_left_out_of_stage_params():
+    """A setting added to vlbind with a default that keeps the old behaviour must not rerun finished stages:
+    a config written before it existed gives the same params. Dropping is lossless because each schema
+    default is what the library does when the key is absent (the dataclass default) and config.yaml's value."""
+    import dataclasses
+
+    import yaml
+
+    from vlbind import config as vlconfig
+    from vlbind.tasks import StageSpec
+    from vlbind.train import TrainConfig
+
+    for definition, cls in (("task", StageSpec), ("train", TrainConfig)):
+        code = {f.name: f.default for f in dataclasses.fields(cls)}
+        defaults = vlconfig.schema_defaults(definition)
+        assert defaults and all(code[k] == v for k, v in defaults.items()), definition
+    paper = yaml.safe_load((ROOT / "config/config.yaml").read_text())
+    assert all(paper["train"][k] == v for k, v in vlconfig.schema_defaults("train").items())
+
+    config = vlconfig.load([ROOT / "config/config.yaml", ROOT / "config/mini.yaml"])
+    older = {**config, "train": {k: v for k, v in config["train"].items()
+                                 if k not in vlconfig.schema_defaults("train")}}
+    for stage in vlconfig.TEXT_STAGES:
+        assert vlconfig.stage_params(older, stage) == vlconfig.stage_params(config, stage), stage
+    # a setting moved off its default is a change
+    changed = vlconfig.load([ROOT / "config/config.yaml", ROOT / "config/mini.yaml"])
+    changed["stages"]["text_s5"]["task"]["hop_fraction"] = 0.5
+    assert vlconfig.stage_params(changed, "text_s5") != vlconfig.stage_params(config, "text_s5")

@@ -102,7 +102,8 @@ def stage_params(config: dict, stage: str, encoder: str | None = None) -> dict:
         raise ConfigError(f"unknown stage {stage!r}; valid: {sorted(STAGE_PARENTS)}")
     section = config["stages"][stage]
     train = deep_merge(config["train"], section.get("train", {}))
-    params = {"stage": stage, "parent": STAGE_PARENTS[stage], "task": dict(section["task"]), "train": train}
+    params = {"stage": stage, "parent": STAGE_PARENTS[stage], "task": _beside_defaults(section["task"], "task"),
+              "train": _beside_defaults(train, "train")}
     if STAGE_PARENTS[stage] is None:
         params["model"] = dict(config["model"])
     if stage == VISION_STAGES[0]:
@@ -110,6 +111,20 @@ def stage_params(config: dict, stage: str, encoder: str | None = None) -> dict:
     if uses_images(config, stage):
         params["encoder"] = encoder_spec(config, encoder)
     return canonical(params)
+
+
+def schema_defaults(definition: str) -> dict:
+    """{key: default} for the keys of the schema's `definition` ("task", "train") that declare one: the
+    value that keeps an optional setting (mostly one not in the paper) off."""
+    props = yaml.safe_load(SCHEMA_PATH.read_text())["definitions"][definition]["properties"]
+    return {k: p["default"] for k, p in props.items() if "default" in p}
+
+
+def _beside_defaults(section: dict, definition: str) -> dict:
+    """`section` without the keys at their schema default, so that a setting added to vlbind later, whose
+    default keeps the old behaviour, changes no stage's params and reruns nothing."""
+    defaults = schema_defaults(definition)
+    return {k: v for k, v in section.items() if k not in defaults or v != defaults[k]}
 
 
 def uses_images(config: dict, stage: str) -> bool:
