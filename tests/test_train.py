@@ -164,6 +164,24 @@ def test_lr_decays_after_patience_validations_without_a_new_best_down_to_its_flo
     assert history["lr"].tolist() == pytest.approx([cfg.lr * factor(s) for s in history["step"]])
 
 
+def test_lr_returns_to_its_peak_when_the_ramp_adds_an_object(tmp_path, monkeypatch):
+    import vlbind.train
+
+    opts, used = [], {}
+    monkeypatch.setattr(vlbind.train, "make_optimizer", lambda m, c: opts.append(
+        vlbind.train.torch.optim.AdamW(m.parameters(), lr=c.lr)) or opts[-1])
+    scores = iter([0.1, 0.1, 0.1, 0.95] + [0.1] * 10)  # validation accuracies at steps 3, 6, 9, 12, ...
+    monkeypatch.setattr(vlbind.train, "accuracy", lambda *a, **k: next(scores))
+    cfg = TrainConfig(**{**CFG.__dict__, "warmup_steps": 1, "max_steps": 24, "min_delta": 1.0, "lr_decay": 0.5,
+                         "lr_patience": 2, "ramp_target": 0.9})
+    meta = train_stage(fresh(), RAMP_SPEC, cfg, tmp_path, stage="text_s3",
+                       callback=lambda step: used.setdefault(step, opts[0].param_groups[0]["lr"]))
+    # best at step 3, decay at 9; ramp at 12 (back to the peak, best judged afresh from 15); decay at 21
+    factor = lambda step: 0.5 if 10 <= step <= 12 or step >= 22 else 1.0
+    assert meta["max_pairs_reached"] == 3
+    assert used == {step: pytest.approx(cfg.lr * factor(step)) for step in range(1, 25)}
+
+
 def test_warmup_then_constant():
     cfg = TrainConfig(lr=1e-3, warmup_steps=2000)
     assert lr_at(1, cfg) == pytest.approx(1e-3 / 2000)
