@@ -19,8 +19,9 @@ at chance (docs/results/mini/).
 Learning-rate decay on a stall (`lr_decay`, off by default; not in the paper, whose rate is constant after
 warm-up): after `lr_patience` validations without a new best, the rate is multiplied by `lr_decay`, never
 below `min_lr`; when the length ramp adds an object it returns to `lr`. A mini model sitting just under a
-ramp target at lr 1e-3 passed it within 1.5k steps at 1e-4, while a rate left low for the next lengths
-learnt them slower than 1e-3 did (docs/results/mini/).
+ramp target at lr 1e-3 passed it within 1.5k steps at 1e-4, while a rate left low learnt the next lengths
+slower; even with the return to `lr`, mini's text_s4 did not get further than at a constant rate, so mini
+leaves it off (docs/results/mini/).
 """
 
 from __future__ import annotations
