@@ -5,6 +5,7 @@ schema, and turning sections into the library's dataclasses. Imports no torch, s
 from __future__ import annotations
 
 import copy
+import functools
 from pathlib import Path
 
 import yaml
@@ -41,7 +42,7 @@ def validate(config: dict) -> dict:
     """Check `config` against the schema; raise ConfigError naming the offending key."""
     import jsonschema
 
-    schema = yaml.safe_load(SCHEMA_PATH.read_text())
+    schema = _schema()
     errors = sorted(jsonschema.Draft7Validator(schema).iter_errors(config), key=lambda e: list(e.absolute_path))
     if errors:
         e = errors[0]
@@ -113,10 +114,17 @@ def stage_params(config: dict, stage: str, encoder: str | None = None) -> dict:
     return canonical(params)
 
 
+@functools.cache
+def _schema() -> dict:
+    """The parsed schema, read once per process: stage_params runs for every training job at DAG build.
+    Shared, so read it, never change it."""
+    return yaml.safe_load(SCHEMA_PATH.read_text())
+
+
 def schema_defaults(definition: str) -> dict:
     """{key: default} for the keys of the schema's `definition` ("task", "train") that declare one: the
     value that keeps an optional setting (mostly one not in the paper) off."""
-    props = yaml.safe_load(SCHEMA_PATH.read_text())["definitions"][definition]["properties"]
+    props = _schema()["definitions"][definition]["properties"]
     return {k: p["default"] for k, p in props.items() if "default" in p}
 
 
