@@ -1,6 +1,7 @@
 """Training: resume after a kill, determinism, schedule, and evaluation that never mutates the model."""
 
 import json
+from collections.abc import Callable
 
 import numpy as np
 import pandas as pd
@@ -146,16 +147,21 @@ def test_length_ramp_waits_for_its_target(tmp_path):
     assert training_summary([tmp_path / "meta.json"])["max_objects"].tolist() == [2]  # not the stage's 5
 
 
-def test_lr_decays_after_patience_validations_without_a_new_best_down_to_its_floor(tmp_path, monkeypatch):
+def record_lr(monkeypatch) -> tuple[dict, Callable[[int], None]]:
+    """({step: the optimizer's rate at that step}, the train_stage callback that fills it)."""
     import vlbind.train
 
-    opts, used = [], {}  # the optimizer's rate at every step
-    monkeypatch.setattr(vlbind.train, "make_optimizer", lambda m, c: opts.append(
-        vlbind.train.torch.optim.AdamW(m.parameters(), lr=c.lr)) or opts[-1])
+    opts, used = [], {}
+    make = vlbind.train.make_optimizer
+    monkeypatch.setattr(vlbind.train, "make_optimizer", lambda m, c: opts.append(make(m, c)) or opts[-1])
+    return used, lambda step: used.setdefault(step, opts[0].param_groups[0]["lr"])
+
+
+def test_lr_decays_after_patience_validations_without_a_new_best_down_to_its_floor(tmp_path, monkeypatch):
+    used, record = record_lr(monkeypatch)
     cfg = TrainConfig(**{**CFG.__dict__, "warmup_steps": 1, "max_steps": 30, "min_delta": 1.0,
                          "lr_decay": 0.5, "lr_patience": 2, "min_lr": CFG.lr / 6})
-    train_stage(fresh(), SPEC, cfg, tmp_path, stage="text_s1",
-                callback=lambda step: used.setdefault(step, opts[0].param_groups[0]["lr"]))
+    train_stage(fresh(), SPEC, cfg, tmp_path, stage="text_s1", callback=record)
     # validations every 3 steps; the best is the first (step 3); 2 validations later (step 9) x0.5, 2 more
     # (step 15) x0.25, then (step 21) the floor 1/6 (not x0.125), where it stays
     factor = lambda step: 1.0 if step <= 9 else 0.5 if step <= 15 else 0.25 if step <= 21 else 1 / 6
@@ -167,15 +173,12 @@ def test_lr_decays_after_patience_validations_without_a_new_best_down_to_its_flo
 def test_lr_returns_to_its_peak_when_the_ramp_adds_an_object(tmp_path, monkeypatch):
     import vlbind.train
 
-    opts, used = [], {}
-    monkeypatch.setattr(vlbind.train, "make_optimizer", lambda m, c: opts.append(
-        vlbind.train.torch.optim.AdamW(m.parameters(), lr=c.lr)) or opts[-1])
+    used, record = record_lr(monkeypatch)
     scores = iter([0.1, 0.1, 0.1, 0.95] + [0.1] * 10)  # validation accuracies at steps 3, 6, 9, 12, ...
     monkeypatch.setattr(vlbind.train, "accuracy", lambda *a, **k: next(scores))
     cfg = TrainConfig(**{**CFG.__dict__, "warmup_steps": 1, "max_steps": 24, "min_delta": 1.0, "lr_decay": 0.5,
                          "lr_patience": 2, "ramp_target": 0.9})
-    meta = train_stage(fresh(), RAMP_SPEC, cfg, tmp_path, stage="text_s3",
-                       callback=lambda step: used.setdefault(step, opts[0].param_groups[0]["lr"]))
+    meta = train_stage(fresh(), RAMP_SPEC, cfg, tmp_path, stage="text_s3", callback=record)
     # best at step 3, decay at 9; ramp at 12 (back to the peak, best judged afresh from 15); decay at 21
     factor = lambda step: 0.5 if 10 <= step <= 12 or step >= 22 else 1.0
     assert meta["max_pairs_reached"] == 3
