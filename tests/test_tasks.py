@@ -123,6 +123,17 @@ def test_one_hop_practice_mixes_grounding_and_lookup_and_validation_leaves_it_ou
     assert all((v.task == RETRIEVAL).all() for v in val) and sum(len(v) for v in val) == 300
 
 
+def test_longest_fraction_oversamples_max_pairs_and_validation_draws_uniformly():
+    from vlbind.train import TrainConfig, validation_set
+
+    spec = StageSpec(216, 216, 8, 2, 5, longest_fraction=0.6)
+    b = generate(spec, 8000, np.random.default_rng(9))
+    share = np.bincount(b.n_pairs, minlength=6)[2:] / len(b)
+    assert np.allclose(share, [0.1, 0.1, 0.1, 0.7], atol=0.02)  # 0.4 spread over 2..5, plus 0.6 at 5
+    val = np.concatenate([v.n_pairs for v in validation_set(spec, TrainConfig(val_size=4000))])
+    assert np.allclose(np.bincount(val, minlength=6)[2:] / len(val), 0.25, atol=0.025)
+
+
 def test_noise_is_a_position_jump_of_100_between_consecutive_pairs():
     spec = StageSpec(216, 216, 32, 2, 8, noise_tokens=100, noise_fraction=1.0)
     b = generate(spec, 50, np.random.default_rng(6))

@@ -80,6 +80,11 @@ class StageSpec:
     # its shape), half association lookup (shape -> its item). Not in the paper (ours, for the mini
     # curriculum); validation sets leave these prompts out (vlbind.train.validation_set).
     hop_fraction: float = 0.0
+    # Share of prompts with max_pairs objects, the rest uniform over min_pairs..max_pairs. Not in the paper
+    # (ours, for the mini curriculum): under the length ramp (vlbind.train) max_pairs is the newest length,
+    # whose share of a uniform draw shrinks as the range grows (1/7 of the prompts at 2..8). Validation
+    # sets leave it out.
+    longest_fraction: float = 0.0
 
     def __post_init__(self) -> None:
         limits = {"n_colors": VOCAB.n_colors, "n_shapes": VOCAB.n_shapes, "n_items": VOCAB.n_items}
@@ -93,7 +98,8 @@ class StageSpec:
             if getattr(self, key) < self.max_pairs:
                 raise ValueError(f"StageSpec.{key}={getattr(self, key)} is smaller than max_pairs={self.max_pairs}: "
                                  "objects in a prompt need distinct tokens")
-        for key in ("grounding_fraction", "symmetric_fraction", "noise_fraction", "image_fraction", "hop_fraction"):
+        for key in ("grounding_fraction", "symmetric_fraction", "noise_fraction", "image_fraction", "hop_fraction",
+                    "longest_fraction"):
             if not 0.0 <= getattr(self, key) <= 1.0:
                 raise ValueError(f"StageSpec.{key}={getattr(self, key)} must lie in [0, 1]")
         if self.noise_tokens < 0:
@@ -154,6 +160,8 @@ def generate(spec: StageSpec, batch_size: int, rng: np.random.Generator, *, n_pa
     B, P = batch_size, spec.max_pairs if n_pairs is None else n_pairs
     if n_pairs is None:
         n = rng.integers(spec.min_pairs, spec.max_pairs + 1, size=B)
+        if spec.longest_fraction > 0:  # draws nothing otherwise: other stages keep their stream
+            n = np.where(rng.random(B) < spec.longest_fraction, spec.max_pairs, n)
     else:
         for key in ("n_colors", "n_shapes", "n_items"):
             if getattr(spec, key) < n_pairs:

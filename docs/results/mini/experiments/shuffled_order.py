@@ -13,6 +13,8 @@ practice (now the mini text_s4 recipe: `--shuffle --hops 0.667` from results/mod
 run drew the same task shares through a patched generator before hop_fraction existed).
 """
 import argparse
+import dataclasses
+import re
 import logging
 import sys
 from pathlib import Path
@@ -24,6 +26,30 @@ from vlbind.model import ModelConfig, Transformer
 from vlbind.tasks import StageSpec
 from vlbind.train import TrainConfig, train_stage
 
+
+
+def deepen(model: Transformer, at: int, n: int) -> Transformer:
+    """The same function with n more blocks: new blocks before block `at`, their residual outputs zeroed."""
+    cfg = dataclasses.replace(model.cfg, n_layers=model.cfg.n_layers + n)
+    deeper = Transformer(cfg)
+    old = model.state_dict()
+    new = {}
+    for key, value in deeper.state_dict().items():
+        m = re.match(r"blocks\.(\d+)\.(.*)", key)
+        if m is None:
+            new[key] = old[key]
+            continue
+        i, rest = int(m[1]), m[2]
+        if i < at:
+            new[key] = old[key]
+        elif i >= at + n:
+            new[key] = old[f"blocks.{i - n}.{rest}"]
+        else:
+            new[key] = torch.zeros_like(value) if rest in ("attn.out.weight", "mlp.down.weight") else value
+    deeper.load_state_dict(new)
+    return deeper
+
+
 ap = argparse.ArgumentParser()
 ap.add_argument("start")
 ap.add_argument("out")
@@ -33,6 +59,8 @@ ap.add_argument("--hops", type=float, default=0.0, help="share of one-hop practi
 ap.add_argument("--lr", type=float, default=1e-3)
 ap.add_argument("--cap", type=int, default=40000)
 ap.add_argument("--seed", type=int, default=0)
+ap.add_argument("--deepen", type=int, nargs=2, metavar=("AT", "N"),
+                help="insert N identity-initialised blocks before block AT (zeroed attention and MLP outputs)")
 a = ap.parse_args()
 logging.basicConfig(level=logging.INFO, stream=sys.stdout, format="%(asctime)s %(message)s")
 torch.set_num_threads(1)
@@ -43,6 +71,8 @@ if a.start == "scratch":
                      grounding_fraction=a.grounding, hop_fraction=a.hops)
 else:
     model, _ = load_model(a.start)
+    if a.deepen:
+        model = deepen(model, *a.deepen)
     spec = StageSpec(n_colors=216, n_shapes=216, n_items=8, min_pairs=2, max_pairs=8, shuffle=a.shuffle,
                      grounding_fraction=a.grounding, hop_fraction=a.hops)
 cfg = TrainConfig(lr=a.lr, warmup_steps=100, eval_every=250, val_size=512, target_accuracy=0.95,
