@@ -160,7 +160,7 @@ def generate(spec: StageSpec, batch_size: int, rng: np.random.Generator, *, n_pa
     B, P = batch_size, spec.max_pairs if n_pairs is None else n_pairs
     if n_pairs is None:
         n = rng.integers(spec.min_pairs, spec.max_pairs + 1, size=B)
-        if spec.longest_fraction > 0 and spec.min_pairs < spec.max_pairs:  # else no draw: the stream is kept
+        if spec.longest_fraction > 0:  # draws nothing otherwise: other stages keep their stream
             n = np.where(rng.random(B) < spec.longest_fraction, spec.max_pairs, n)
     else:
         for key in ("n_colors", "n_shapes", "n_items"):

@@ -4,6 +4,7 @@ DAG's own run of that stage step for step (same seed, same stream, same validati
 
     python docs/results/mini/experiments/stage_variant.py STAGE PARENT_DIR OUT_DIR --seed S \
         [--config config/config.yaml config/mini.yaml OVERLAY.yaml ...] [--set stages.text_s4.task.longest_fraction=0.5]
+        [--evaluate]
 
 e.g. `... text_s4 results/models/seed0/text_s3 /tmp/lf_s0 --seed 0 --set stages.text_s4.task.longest_fraction=0.5`.
 """
@@ -17,6 +18,7 @@ import yaml
 
 from vlbind import config as vlconfig
 from vlbind.checkpoint import load_model
+from vlbind.evaluate import EvalConfig, evaluate, ood_average
 from vlbind.tasks import StageSpec
 from vlbind.train import train_stage
 
@@ -27,6 +29,7 @@ ap.add_argument("out")
 ap.add_argument("--seed", type=int, required=True)
 ap.add_argument("--config", nargs="+", default=["config/config.yaml", "config/mini.yaml"])
 ap.add_argument("--set", nargs="*", default=[], metavar="DOTTED.KEY=YAML", help="one more overlay per item")
+ap.add_argument("--evaluate", action="store_true", help="then evaluate as the DAG does (config `evaluate`)")
 a = ap.parse_args()
 logging.basicConfig(level=logging.INFO, stream=sys.stdout, format="%(asctime)s %(message)s")
 torch.set_num_threads(1)
@@ -46,3 +49,9 @@ meta = train_stage(model, StageSpec.from_dict(params["task"]), vlconfig.train_co
                    Path(a.out), stage=params["stage"], parent=a.parent)
 print(f"RESULT {meta['stopped_because']} steps={meta['steps']} reached {meta['max_pairs_reached']} "
       f"best={meta['best_val_accuracy']:.3f}", flush=True)
+if a.evaluate:
+    model, _ = load_model(a.out)  # the stage's saved (best) weights, as the DAG evaluates them
+    table = evaluate(model, EvalConfig(**config["evaluate"]), "cpu")
+    ind = table[table.n_objects <= config["evaluate"]["train_max_objects"]]
+    print(table.to_string(), flush=True)
+    print(f"EVAL in-distribution mean {ind.accuracy.mean():.4f}, OOD average {ood_average(table):.4f}", flush=True)
