@@ -10,12 +10,13 @@ START is a model directory (e.g. results/models/seed0/text_s3) or `scratch` (a f
 the text_s1 vocabulary: 8 colors, 8 shapes, 2 objects). --grounding F mixes a share F of feature-grounding
 prompts (query a color, answer its shape) in. --hops F sets StageSpec.hop_fraction, training-only one-hop
 practice (now the mini text_s4 recipe: `--shuffle --hops 0.667` from results/models/seed1/text_s3; its first
-run drew the same task shares through a patched generator before hop_fraction existed).
+run drew the same task shares through a patched generator before hop_fraction existed). --deepen AT N inserts
+N identity-initialised blocks before block AT of the START model (same function, more depth to train).
 """
 import argparse
 import dataclasses
-import re
 import logging
+import re
 import sys
 from pathlib import Path
 
@@ -25,7 +26,6 @@ from vlbind.checkpoint import load_model
 from vlbind.model import ModelConfig, Transformer
 from vlbind.tasks import StageSpec
 from vlbind.train import TrainConfig, train_stage
-
 
 
 def deepen(model: Transformer, at: int, n: int) -> Transformer:
