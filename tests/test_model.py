@@ -87,6 +87,24 @@ def test_explicit_attention_path_matches_sdpa(tiny):
     torch.testing.assert_close(explicit, plain, atol=1e-5, rtol=1e-5)
 
 
+def test_cpu_bf16_autocast_runs_linears_in_bf16_and_attention_in_float32(tiny):
+    """bf16 autocast on CPU: the projections are bf16, the attention itself float32 (the CPU bf16
+    flash-attention backward is slow, see model.py), and the result stays close to a float32 run."""
+    tokens = torch.randint(0, 470, (4, 21))
+    store = {}
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        with tiny.hooks([("blocks.1.attn.hook_k", cache_hook(store)), ("blocks.1.hook_attn_out", cache_hook(store))]):
+            fast = tiny(tokens)
+        with tiny.hooks([(f"blocks.{i}.attn.hook_pattern", lambda x, n: None) for i in range(3)]):
+            explicit = tiny(tokens)
+    assert store["blocks.1.attn.hook_k"].dtype == torch.float32
+    assert store["blocks.1.hook_attn_out"].dtype == torch.bfloat16  # the output projection ran in bf16
+    torch.testing.assert_close(explicit, fast, atol=1e-5, rtol=1e-5)  # same precision in both attention paths
+    reference = tiny(tokens)
+    assert fast.dtype == torch.bfloat16
+    assert (fast.float() - reference).abs().max() < 0.05 * reference.abs().max()
+
+
 def test_hooks_are_removed_after_an_exception(tiny):
     with pytest.raises(RuntimeError):
         with tiny.hooks([("blocks.0.hook_resid_pre", lambda x, n: x * 0)]):

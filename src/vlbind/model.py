@@ -4,7 +4,11 @@ Design: pre-norm blocks (LayerNorm -> causal self-attention -> residual add; Lay
 residual add), no biases in linear layers, no dropout, untied input and output embeddings. RoPE is applied
 to queries and keys, rotating interleaved (even, odd) dimension pairs; its position ids are an input, so
 unattendable noise can be realised as jumps in them (see tasks.py). Attention uses
-`scaled_dot_product_attention` unless a hook needs the scores or the pattern.
+`scaled_dot_product_attention` unless a hook needs the scores or the pattern. On CPU, attention itself
+(scores, softmax, weighted values) runs in float32 even under bf16 autocast, while the linear layers run in
+bf16: PyTorch's CPU flash-attention backward is ~10x slower in bf16 than in float32 at these shapes, and
+bf16 matrix multiplies are ~4x faster than float32 ones on a CPU with AVX512-BF16 (benchmarks/). On CUDA
+attention runs in the autocast dtype.
 
 Hook points are identity modules named by module path, as in TransformerLens:
     blocks.{i}.hook_resid_pre, blocks.{i}.hook_resid_mid, blocks.{i}.hook_resid_post,
@@ -20,7 +24,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterable
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import asdict, dataclass, replace
 
 import torch
@@ -75,9 +79,10 @@ def rope(x: torch.Tensor, cis: torch.Tensor) -> torch.Tensor:
 
     Each pair is read as the complex number x[2i] + j x[2i+1] and multiplied by cis[i] = exp(j * angle):
     one fused kernel instead of four multiplies, two adds and a stack (see benchmarks/).
+    Returns float32 whatever x's dtype (callers choose the precision attention runs in).
     """
     z = torch.view_as_complex(x.float().unflatten(-1, (-1, 2)).contiguous())
-    return torch.view_as_real(z * cis).flatten(-2).type_as(x)
+    return torch.view_as_real(z * cis).flatten(-2)
 
 
 class Attention(nn.Module):
@@ -96,21 +101,29 @@ class Attention(nn.Module):
         new_mask (T, T) which new positions may attend to which (see Transformer.extend)."""
         B, T, D = x.shape
         qkv = self.qkv(x).view(B, T, 3, self.n_heads, self.d_head)
-        q, k = rope(qkv[:, :, :2], cis).permute(2, 0, 3, 1, 4)  # queries and keys in one call: (B, H, T, Dh) each
-        k, v = self.hook_k(k), self.hook_v(qkv[:, :, 2].transpose(1, 2))
+        cpu = x.device.type == "cpu"
+        dtype = torch.float32 if cpu else qkv.dtype  # see the module doc
+        q, k = rope(qkv[:, :, :2], cis).to(dtype).permute(2, 0, 3, 1, 4)  # in one call: (B, H, T, Dh) each
+        k, v = self.hook_k(k), self.hook_v(qkv[:, :, 2].transpose(1, 2).to(dtype))
+        with torch.autocast("cpu", enabled=False) if cpu else nullcontext():
+            y = self._attend(q, k, v, past)
+        return self.out(y.transpose(1, 2).reshape(B, T, D))
+
+    def _attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, past: tuple | None) -> torch.Tensor:
+        T = q.shape[2]
         if past is not None:
             past_k, past_v, valid, new_mask = past
+            B = q.shape[0]
             mask = torch.cat([valid[:, None, None, :].expand(B, 1, T, -1), new_mask.expand(B, 1, T, T)], dim=-1)
-            y = F.scaled_dot_product_attention(q, torch.cat([past_k, k], 2), torch.cat([past_v, v], 2), attn_mask=mask)
-        elif self.hook_attn_scores.fns or self.hook_pattern.fns:
+            keys, values = torch.cat([past_k.to(k.dtype), k], 2), torch.cat([past_v.to(v.dtype), v], 2)
+            return F.scaled_dot_product_attention(q, keys, values, attn_mask=mask)
+        if self.hook_attn_scores.fns or self.hook_pattern.fns:
             scores = (q @ k.transpose(-1, -2)) / math.sqrt(self.d_head)  # (B, H, T, T)
-            causal = torch.ones(T, T, dtype=torch.bool, device=x.device).tril()
+            causal = torch.ones(T, T, dtype=torch.bool, device=q.device).tril()
             scores = self.hook_attn_scores(scores.masked_fill(~causal, float("-inf")))
             pattern = self.hook_pattern(scores.softmax(dim=-1).to(v.dtype))
-            y = pattern @ v
-        else:
-            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-        return self.out(y.transpose(1, 2).reshape(B, T, D))
+            return pattern @ v
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True)
 
 
 class MLP(nn.Module):
