@@ -288,11 +288,14 @@ def test_validation_collapse_is_divergence_and_a_plateau_is_not():
     assert divergence({"text_s3": ramp.assign(val_accuracy=[0.6, 0.96, 0.9, 0.3])}, 0.5).startswith("text_s3")
 
 
-def test_image_stage_trains_and_resumes_identically(tmp_path):
-    """A short image stage runs end to end (features gathered from the bank every step) and is deterministic."""
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+def test_image_stage_trains_and_resumes_identically(tmp_path, precision):
+    """A short image stage runs end to end (features gathered from the bank every step) and is deterministic,
+    in float32 and under bf16 autocast (the projector's bf16 output goes into the float32 embeddings)."""
     bank = make_bank(tmp_path, "per_object", dim=6)
     spec = StageSpec(n_colors=8, n_shapes=13, n_items=8, max_pairs=3, grounding_fraction=0.5, image_fraction=1.0)
-    cfg = TrainConfig(warmup_steps=2, batch_size=8, eval_every=2, val_size=16, max_steps=6, target_accuracy=None)
+    cfg = TrainConfig(warmup_steps=2, batch_size=8, eval_every=2, val_size=16, max_steps=6, target_accuracy=None,
+                      precision=precision)
     metas = []
     for run in ("a", "b"):
         model = tiny().attach_projector(6)
@@ -303,4 +306,4 @@ def test_image_stage_trains_and_resumes_identically(tmp_path):
         assert torch.equal(v, b.state_dict()[k]), k
     assert metas[0]["steps"] == 6 and os.path.exists(tmp_path / "a" / "metrics.parquet")
     batch = generate(spec, 4, np.random.default_rng(0), bank=bank, task=RETRIEVAL)
-    assert answer_logits(a, batch, "cpu", bank=bank).shape == (4, a.cfg.vocab_size)
+    assert answer_logits(a, batch, "cpu", precision, bank=bank).shape == (4, a.cfg.vocab_size)

@@ -245,3 +245,20 @@ def test_settings_at_their_schema_default_are_left_out_of_stage_params():
     changed = vlconfig.load([ROOT / "config/config.yaml", ROOT / "config/mini.yaml"])
     changed["stages"]["text_s5"]["task"]["hop_fraction"] = 0.5
     assert vlconfig.stage_params(changed, "text_s5") != vlconfig.stage_params(config, "text_s5")
+
+
+def test_bf16_on_a_cpu_without_bf16_instructions_warns_with_the_key(monkeypatch):
+    import warnings
+
+    from vlbind import config as vlconfig
+
+    precision = {"cuda": "bf16", "cpu": "bf16"}
+    monkeypatch.setattr(vlconfig, "cpu_has_bf16", lambda: False)
+    with pytest.warns(UserWarning, match=r"train\.precision\.cpu"):
+        assert vlconfig.precision_for(precision, "cpu") == "bf16"
+    monkeypatch.setattr(vlconfig, "cpu_has_bf16", lambda: True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert vlconfig.precision_for(precision, "cpu") == "bf16"
+        assert vlconfig.precision_for(precision, "cuda:1") == "bf16"
+        assert vlconfig.precision_for({"cuda": "bf16"}, "cpu") == "fp32"

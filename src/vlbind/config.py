@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import copy
 import functools
+import warnings
 from pathlib import Path
 
 import yaml
@@ -182,8 +183,24 @@ def resolve_device(name: str) -> str:
 
 
 def precision_for(precision: dict, device: str) -> str:
-    """The autocast precision a `train.precision` section gives `device` ('cuda:1' -> its 'cuda' entry)."""
-    return precision.get(device.split(":")[0], "fp32")
+    """The autocast precision a `train.precision` section gives `device` ('cuda:1' -> its 'cuda' entry).
+    Warns when it is bf16 on a CPU without native bf16 instructions, where bf16 is emulated and slower."""
+    chosen = precision.get(device.split(":")[0], "fp32")
+    if chosen == "bf16" and device == "cpu" and not cpu_has_bf16():
+        warnings.warn("bf16 autocast on a CPU without AVX512-BF16 or AMX is slower than fp32; set "
+                      "train.precision.cpu and vision.precision.cpu to fp32 in your config", stacklevel=2)
+    return chosen
+
+
+@functools.cache
+def cpu_has_bf16() -> bool:
+    """Whether this CPU has bf16 instructions (Linux: /proc/cpuinfo flags avx512_bf16 or amx_bf16); True
+    where that cannot be read, so nothing warns by mistake."""
+    try:
+        flags = Path("/proc/cpuinfo").read_text().split()
+    except OSError:
+        return True
+    return "avx512_bf16" in flags or "amx_bf16" in flags
 
 
 def train_config(params_train: dict, seed: int, device: str):

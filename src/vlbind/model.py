@@ -223,7 +223,7 @@ class Transformer(nn.Module):
             mask, features = images
             if self.projector is None:
                 raise ValueError("image tokens given to a text-only model; attach_projector() first")
-            x = x.index_put((mask,), self.projector(features.to(x.dtype)))
+            x = x.index_put((mask,), self.projector(features.to(x.dtype)).to(x.dtype))  # bf16 under autocast
         for block in self.blocks:
             x = block(x, cis)
         return x
