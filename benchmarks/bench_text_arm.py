@@ -132,18 +132,18 @@ def main() -> None:
     batches = [generate(TEXT_S5, 32, rng, n_pairs=8) for _ in range(args.steps + 3)]  # length 43
     tokens = sum(b.tokens.size for b in batches[3:]) / len(batches[3:])
     print("\n| model | precision | steps/s | tokens/s | ours vs this |\n|---|---|---|---|---|")
-    t_best_ours, t_best_hf = {}, {}  # seconds per step of each setting: precision / (attention, precision)
+    ours_by, hf_by = {}, {}  # seconds per step of each setting: by precision / by attention and precision
     for precision in ("fp32", "bf16"):
         runs = [(model, ours)] + [(hf, hf_answer_logits) for hf in llamas.values()]
         t_ours, *t_hf = time_steps(runs, batches, precision)
-        t_best_ours[precision] = t_ours
+        ours_by[precision] = t_ours
         print(f"| ours (Table 2) | {precision} | {1 / t_ours:.2f} | {tokens / t_ours:,.0f} | |")
         for attention, t in zip(llamas, t_hf):
-            t_best_hf[f"{attention} attention, {precision}"] = t
+            hf_by[f"{attention} attention, {precision}"] = t
             print(f"| HF Llama, equal size, {attention} attention | {precision} | {1 / t:.2f} | {tokens / t:,.0f} "
                   f"| {t / t_ours:.2f}x |")
-    p_o, p_l = min(t_best_ours, key=t_best_ours.get), min(t_best_hf, key=t_best_hf.get)
-    t_o, t_l = t_best_ours[p_o], t_best_hf[p_l]
+    p_o, p_l = min(ours_by, key=ours_by.get), min(hf_by, key=hf_by.get)
+    t_o, t_l = ours_by[p_o], hf_by[p_l]
     print(f"\nfastest of each: ours ({p_o}) {1 / t_o:.2f} steps/s vs HF Llama ({p_l}) {1 / t_l:.2f} steps/s: "
           f"ours {t_l / t_o:.2f}x")
 

@@ -103,6 +103,9 @@ def test_cpu_bf16_autocast_runs_linears_in_bf16_and_attention_in_float32(tiny):
     reference = tiny(tokens)
     assert fast.dtype == torch.bfloat16
     assert (fast.float() - reference).abs().max() < 0.05 * reference.abs().max()
+    as_bf16 = Transformer(TINY).eval()  # a model cast to bf16 (no autocast) still runs on CPU
+    as_bf16.load_state_dict(tiny.state_dict())
+    assert as_bf16.to(torch.bfloat16)(tokens).dtype == torch.bfloat16
 
 
 def test_hooks_are_removed_after_an_exception(tiny):

@@ -106,7 +106,7 @@ class Attention(nn.Module):
         q, k = rope(qkv[:, :, :2], cis).to(dtype).permute(2, 0, 3, 1, 4)  # in one call: (B, H, T, Dh) each
         k, v = self.hook_k(k), self.hook_v(qkv[:, :, 2].transpose(1, 2).to(dtype))
         with torch.autocast("cpu", enabled=False) if cpu else nullcontext():
-            y = self._attend(q, k, v, past)
+            y = self._attend(q, k, v, past).to(qkv.dtype)  # back to the projections' dtype (bf16 weights on CPU)
         return self.out(y.transpose(1, 2).reshape(B, T, D))
 
     def _attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, past: tuple | None) -> torch.Tensor:
