@@ -247,7 +247,7 @@ def test_settings_at_their_schema_default_are_left_out_of_stage_params():
     assert vlconfig.stage_params(changed, "text_s5") != vlconfig.stage_params(config, "text_s5")
 
 
-def test_bf16_on_a_cpu_without_bf16_instructions_warns_with_the_key(monkeypatch):
+def test_bf16_on_a_cpu_without_bf16_instructions_warns_with_the_key_and_auto_picks_fp32(monkeypatch):
     import warnings
 
     from vlbind import config as vlconfig
@@ -262,3 +262,8 @@ def test_bf16_on_a_cpu_without_bf16_instructions_warns_with_the_key(monkeypatch)
         assert vlconfig.precision_for(precision, "cpu") == "bf16"
         assert vlconfig.precision_for(precision, "cuda:1") == "bf16"
         assert vlconfig.precision_for({"cuda": "bf16"}, "cpu") == "fp32"
+        auto = {"cuda": "auto", "cpu": "auto"}
+        assert vlconfig.precision_for(auto, "cpu") == "bf16"
+        monkeypatch.setattr(vlconfig, "cpu_has_bf16", lambda: False)
+        assert vlconfig.precision_for(auto, "cpu") == "fp32"  # no warning: auto chose for this CPU
+        assert vlconfig.precision_for(auto, "cuda") == "bf16"

@@ -184,11 +184,16 @@ def resolve_device(name: str) -> str:
 
 def precision_for(precision: dict, device: str) -> str:
     """The autocast precision a `train.precision` section gives `device` ('cuda:1' -> its 'cuda' entry).
-    Warns when it is bf16 on a CPU without native bf16 instructions, where bf16 is emulated and slower."""
-    chosen = precision.get(device.split(":")[0], "fp32")
-    if chosen == "bf16" and device == "cpu" and not cpu_has_bf16():
-        warnings.warn("bf16 autocast on a CPU without AVX512-BF16 or AMX is slower than fp32; set "
-                      "train.precision.cpu and vision.precision.cpu to fp32 in your config", stacklevel=2)
+    'auto' on a CPU is bf16 where the CPU has native bf16 instructions, else fp32 (emulated bf16 was 7-12x
+    slower per training step than fp32 on an AVX2-only CPU; benchmarks-text-arm.md); 'auto' on CUDA is bf16.
+    Warns when bf16 is asked for explicitly on a CPU without native bf16."""
+    kind = device.split(":")[0]
+    chosen = precision.get(kind, "fp32")
+    if chosen == "auto":
+        return "bf16" if kind != "cpu" or cpu_has_bf16() else "fp32"
+    if chosen == "bf16" and kind == "cpu" and not cpu_has_bf16():
+        warnings.warn("bf16 autocast on a CPU without AVX512-BF16 or AMX is several times slower than fp32; set "
+                      "train.precision.cpu and vision.precision.cpu to auto or fp32 in your config", stacklevel=2)
     return chosen
 
 
