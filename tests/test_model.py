@@ -1,6 +1,7 @@
 """The Table 2 transformer: size, RoPE, hooks, and noise realised as position jumps."""
 
 import math
+import warnings
 
 import numpy as np
 import pytest
@@ -103,9 +104,24 @@ def test_cpu_bf16_autocast_runs_linears_in_bf16_and_attention_in_float32(tiny):
     reference = tiny(tokens)
     assert fast.dtype == torch.bfloat16
     assert (fast.float() - reference).abs().max() < 0.05 * reference.abs().max()
-    as_bf16 = Transformer(TINY).eval()  # a model cast to bf16 (no autocast) still runs on CPU
+
+
+def test_a_model_cast_to_bf16_keeps_its_rope_table_and_matches_float32(tiny):
+    """Casting a model (no autocast) casts its weights, not the complex RoPE table: the cast model computes
+    the float32 model's logits up to bf16 rounding, and moving it keeps the table's dtype."""
+    tokens = torch.randint(0, 470, (4, 21))
+    reference = tiny(tokens)
+    as_bf16 = Transformer(TINY).eval()
     as_bf16.load_state_dict(tiny.state_dict())
-    assert as_bf16.to(torch.bfloat16)(tokens).dtype == torch.bfloat16
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # PyTorch warns when a cast drops imaginary parts
+        as_bf16.to(torch.bfloat16)
+    assert as_bf16.rope_cis.dtype == torch.complex64 and as_bf16.embed.weight.dtype == torch.bfloat16
+    out = as_bf16(tokens)
+    assert out.dtype == torch.bfloat16
+    assert (out.float() - reference).abs().max() < 0.05 * reference.abs().max()
+    assert as_bf16.float().to("cpu").rope_cis.dtype == torch.complex64
+    torch.testing.assert_close(as_bf16(tokens), tiny(tokens), atol=0.05, rtol=0.05)
 
 
 def test_hooks_are_removed_after_an_exception(tiny):

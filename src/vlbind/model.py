@@ -184,6 +184,16 @@ class Transformer(nn.Module):
                 module.name = name
         self.reset_parameters()
 
+    def _apply(self, fn, recurse=True):
+        """`.to(dtype)`, `.bfloat16()` & co. cast every floating and complex tensor; a real dtype would drop
+        the RoPE table's sine half (wrong angles). The table keeps complex64 and only follows the device."""
+        cis = self._buffers.pop("rope_cis")
+        try:
+            super()._apply(fn, recurse)
+        finally:
+            self.register_buffer("rope_cis", cis.to(self.embed.weight.device), persistent=False)
+        return self
+
     def reset_parameters(self) -> None:
         """N(0, init_std) for every matrix, residual output projections scaled by 1/sqrt(2 * n_layers) (GPT-2).
 
