@@ -1,12 +1,13 @@
 """Speed of the text arm, measured side by side in one run. Prints a table; asserts nothing.
 
-    python benchmarks/bench_text_arm.py [--threads 1] [--steps 30] [--skip-dag]
+    python benchmarks/bench_text_arm.py [--threads 1] [--steps 30] [--skip-dag] [--bf16]
 
 1. training step: our Transformer vs a Hugging Face LlamaForCausalLM of equal size (12 layers, d 128,
    4 heads, SwiGLU width 341 so that its MLP has the same parameter count as our 512-wide GELU MLP,
    1000-token vocabulary, untied embeddings), same batches, same answer-only loss, both unembedding only
-   the [ANSWER] rows, fp32 and bf16 autocast; Llama with both its "sdpa" and its "eager" attention (on
-   this CPU bf16 SDPA is slow and eager is not), and ours against Llama's fastest setting as well;
+   the [ANSWER] rows, fp32 and (on a CPU with native bf16, or with --bf16) bf16 autocast; Llama with both
+   its "sdpa" and its "eager" attention (on a CPU bf16 SDPA is slow and eager is not), and ours against
+   Llama's fastest setting as well;
 2. noise_text vs text_only step cost (noise realised as RoPE position jumps);
 3. prompt generation as a share of a training step;
 4. `snakemake -n` on a complete tree (the smoke DAG, built once in a temporary directory);
@@ -29,6 +30,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from vlbind.config import cpu_has_bf16, precision_for
 from vlbind.model import ModelConfig, Transformer, count_parameters
 from vlbind.tasks import StageSpec, generate
 from vlbind.train import TrainConfig, answer_logits, autocast, make_optimizer
@@ -120,6 +122,7 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=30)
     ap.add_argument("--skip-dag", action="store_true")
     ap.add_argument("--profile", action="store_true", help="also split each step into matmul / other time")
+    ap.add_argument("--bf16", action="store_true", help="time bf16 even on a CPU without native bf16 (emulated: slow)")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     cfg = ModelConfig()
@@ -133,7 +136,9 @@ def main() -> None:
     tokens = sum(b.tokens.size for b in batches[3:]) / len(batches[3:])
     print("\n| model | precision | steps/s | tokens/s | ours vs this |\n|---|---|---|---|---|")
     ours_by, hf_by = {}, {}  # seconds per step of each setting: by precision / by attention and precision
-    for precision in ("fp32", "bf16"):
+    default = precision_for({"cpu": "auto"}, "cpu")  # what training uses on this CPU (config.yaml: cpu: auto)
+    print(f"this CPU: native bf16 {'yes' if cpu_has_bf16() else 'no'}, training default {default}")
+    for precision in ("fp32", "bf16") if default == "bf16" or args.bf16 else ("fp32",):
         runs = [(model, ours)] + [(hf, hf_answer_logits) for hf in llamas.values()]
         t_ours, *t_hf = time_steps(runs, batches, precision)
         ours_by[precision] = t_ours
@@ -156,14 +161,14 @@ def main() -> None:
     noisy = [generate(NOISE_TEXT, 32, rng, n_pairs=8) for _ in range(args.steps + 3)]
     t_text, t_noise = [], []
     for _ in range(2):  # alternate, keep the faster of two medians each
-        t_text.append(time_steps([(model, ours)], batches, "bf16")[0])
-        t_noise.append(time_steps([(model, ours)], noisy, "bf16")[0])
+        t_text.append(time_steps([(model, ours)], batches, default)[0])
+        t_noise.append(time_steps([(model, ours)], noisy, default)[0])
     t_text, t_noise = min(t_text), min(t_noise)
     t0 = time.perf_counter()
     for _ in range(200):
         generate(NOISE_TEXT, 32, rng)
     t_gen = (time.perf_counter() - t0) / 200
-    print(f"\nnoise_text step / text_only step (8 objects, bf16: the training default): {t_noise / t_text:.3f}x "
+    print(f"\nnoise_text step / text_only step (8 objects, {default}: the training default): {t_noise / t_text:.3f}x "
           f"({1 / t_noise:.2f} vs {1 / t_text:.2f} steps/s)")
     print(f"prompt generation: {1e3 * t_gen:.2f} ms per batch of 32 = {100 * t_gen / t_text:.2f}% of a training step")
     if not args.skip_dag:
