@@ -134,10 +134,10 @@ def main() -> None:
     rng = np.random.default_rng(0)
     batches = [generate(TEXT_S5, 32, rng, n_pairs=8) for _ in range(args.steps + 3)]  # length 43
     tokens = sum(b.tokens.size for b in batches[3:]) / len(batches[3:])
-    print("\n| model | precision | steps/s | tokens/s | ours vs this |\n|---|---|---|---|---|")
     ours_by, hf_by = {}, {}  # seconds per step of each setting: by precision / by attention and precision
     default = precision_for({"cpu": "auto"}, "cpu")  # what training uses on this CPU (config.yaml: cpu: auto)
     print(f"this CPU: native bf16 {'yes' if cpu_has_bf16() else 'no'}, training default {default}")
+    print("\n| model | precision | steps/s | tokens/s | ours vs this |\n|---|---|---|---|---|")
     for precision in ("fp32", "bf16") if default == "bf16" or args.bf16 else ("fp32",):
         runs = [(model, ours)] + [(hf, hf_answer_logits) for hf in llamas.values()]
         t_ours, *t_hf = time_steps(runs, batches, precision)
