@@ -266,4 +266,7 @@ def test_bf16_on_a_cpu_without_bf16_instructions_warns_with_the_key_and_auto_pic
         assert vlconfig.precision_for(auto, "cpu") == "bf16"
         monkeypatch.setattr(vlconfig, "cpu_has_bf16", lambda: False)
         assert vlconfig.precision_for(auto, "cpu") == "fp32"  # no warning: auto chose for this CPU
-        assert vlconfig.precision_for(auto, "cuda") == "bf16"
+        monkeypatch.setattr(vlconfig, "cuda_has_bf16", lambda: True)
+        assert vlconfig.precision_for(auto, "cuda:0") == "bf16"
+        monkeypatch.setattr(vlconfig, "cuda_has_bf16", lambda: False)
+        assert vlconfig.precision_for(auto, "cuda:0") == "fp32"
