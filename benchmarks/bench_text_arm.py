@@ -30,7 +30,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from vlbind.config import cpu_has_bf16, precision_for
+from vlbind.config import precision_for
 from vlbind.model import ModelConfig, Transformer, count_parameters
 from vlbind.tasks import StageSpec, generate
 from vlbind.train import TrainConfig, answer_logits, autocast, make_optimizer
@@ -136,7 +136,7 @@ def main() -> None:
     tokens = sum(b.tokens.size for b in batches[3:]) / len(batches[3:])
     ours_by, hf_by = {}, {}  # seconds per step of each setting: by precision / by attention and precision
     default = precision_for({"cpu": "auto"}, "cpu")  # what training uses on this CPU (config.yaml: cpu: auto)
-    print(f"this CPU: native bf16 {'yes' if cpu_has_bf16() else 'no'}, training default {default}")
+    print(f"this CPU: native bf16 {'yes' if default == 'bf16' else 'no'}, training default {default}")
     print("\n| model | precision | steps/s | tokens/s | ours vs this |\n|---|---|---|---|---|")
     for precision in ("fp32", "bf16") if default == "bf16" or args.bf16 else ("fp32",):
         runs = [(model, ours)] + [(hf, hf_answer_logits) for hf in llamas.values()]
