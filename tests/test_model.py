@@ -161,6 +161,22 @@ def test_causal_so_right_padding_is_harmless(tiny):
     torch.testing.assert_close(tiny(a)[:, :8], tiny(b)[:, :8])
 
 
+def test_residual_at_one_position_per_prompt_equals_the_full_stream_there(tiny):
+    """`at` skips the last block's work at every other position; hooks on that block see every position."""
+    b = generate(StageSpec(8, 8, 8, 2, 6, shuffle=True), 16, np.random.default_rng(0))  # right-padded
+    tokens, positions = torch.from_numpy(b.tokens), torch.from_numpy(b.positions)
+    at = torch.from_numpy(b.answer_pos)
+    assert len(set(b.answer_pos.tolist())) > 1
+    full = tiny.residual(tokens, positions)[torch.arange(16), at]
+    torch.testing.assert_close(tiny.residual(tokens, positions, at=at), full)
+    for name in ("blocks.2.hook_resid_post", "blocks.2.attn.hook_pattern", "blocks.1.hook_resid_post"):
+        seen = {}
+        with tiny.hooks([(name, cache_hook(seen))]):
+            hooked = tiny.residual(tokens, positions, at=at)
+        assert seen[name].shape[2 if "pattern" in name else 1] == tokens.shape[1], name
+        torch.testing.assert_close(hooked, full, rtol=0, atol=1e-6)
+
+
 def test_noise_jumps_equal_materialised_fully_masked_noise(tiny):
     spec = StageSpec(216, 216, 32, 2, 6, noise_tokens=100, noise_fraction=1.0)
     jumps = generate(spec, 8, np.random.default_rng(0))

@@ -95,10 +95,12 @@ class Attention(nn.Module):
         self.hook_attn_scores = HookPoint()
         self.hook_pattern = HookPoint()
 
-    def forward(self, x: torch.Tensor, cis: torch.Tensor, past: tuple | None = None) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, cis: torch.Tensor, past: tuple | None = None,
+                at: torch.Tensor | None = None) -> torch.Tensor:
         """Causal self-attention over x (B, T, D). `past` = (keys, values, valid, new_mask): cached keys and
         values (B, H, T_past, Dh) of earlier positions, valid (B, T_past) which of them may be attended, and
-        new_mask (T, T) which new positions may attend to which (see Transformer.extend)."""
+        new_mask (T, T) which new positions may attend to which (see Transformer.extend). `at` (B,): only
+        query from position at[b] of prompt b (keys and values from all positions); returns (B, 1, D)."""
         B, T, D = x.shape
         qkv = self.qkv(x).view(B, T, 3, self.n_heads, self.d_head)
         cpu = x.device.type == "cpu"
@@ -106,8 +108,15 @@ class Attention(nn.Module):
         q, k = rope(qkv[:, :, :2], cis).to(dtype).permute(2, 0, 3, 1, 4)  # in one call: (B, H, T, Dh) each
         k, v = self.hook_k(k), self.hook_v(qkv[:, :, 2].transpose(1, 2).to(dtype))
         with torch.autocast("cpu", enabled=False) if cpu else nullcontext():
-            y = self._attend(q, k, v, past).to(qkv.dtype)  # back to the projections' dtype (bf16 weights on CPU)
-        return self.out(y.transpose(1, 2).reshape(B, T, D))
+            if at is None:
+                y = self._attend(q, k, v, past)
+            else:
+                rows = torch.arange(B, device=x.device)
+                q = q[rows, :, at][:, :, None]  # (B, H, 1, Dh)
+                mask = (torch.arange(T, device=x.device) <= at[:, None])[:, None, None]  # (B, 1, 1, T)
+                y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+            y = y.to(qkv.dtype)  # back to the projections' dtype (bf16 weights on CPU)
+        return self.out(y.transpose(1, 2).reshape(B, y.shape[2], D))
 
     def _attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, past: tuple | None) -> torch.Tensor:
         T = q.shape[2]
@@ -159,9 +168,14 @@ class Block(nn.Module):
         self.hook_resid_pre, self.hook_resid_mid, self.hook_resid_post = HookPoint(), HookPoint(), HookPoint()
         self.hook_attn_out, self.hook_mlp_out = HookPoint(), HookPoint()
 
-    def forward(self, x: torch.Tensor, cis: torch.Tensor, past: tuple | None = None) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, cis: torch.Tensor, past: tuple | None = None,
+                at: torch.Tensor | None = None) -> torch.Tensor:
+        """(B, T, D) -> (B, T, D); with `at` (B,), the stream at position at[b] of each prompt only, (B, 1, D)."""
         x = self.hook_resid_pre(x)
-        x = self.hook_resid_mid(x + self.hook_attn_out(self.attn(self.ln1(x), cis, past)))
+        attended = self.attn(self.ln1(x), cis, past, at)
+        if at is not None:
+            x = x[torch.arange(len(x), device=x.device), at][:, None]
+        x = self.hook_resid_mid(x + self.hook_attn_out(attended))
         return self.hook_resid_post(x + self.hook_mlp_out(self.mlp(self.ln2(x))))
 
 
@@ -215,11 +229,16 @@ class Transformer(nn.Module):
         return self
 
     def residual(self, tokens: torch.Tensor, positions: torch.Tensor | None = None,
-                 images: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
+                 images: tuple[torch.Tensor, torch.Tensor] | None = None,
+                 at: torch.Tensor | None = None) -> torch.Tensor:
         """Residual stream after the last block, (B, T, d_model). positions default to 0..T-1.
 
         images = (mask (B, T) bool, features (M, image_dim)): the projected features replace the
         embeddings of the M positions where mask is True, in row-major order.
+        at (B,): return only the stream at position at[b] of prompt b, (B, d_model), what the full stream
+        holds there. The last block then computes attention outputs and MLP at those positions alone (a
+        training step needs only the [ANSWER] position: 1/n_layers less work); its hook points see every
+        position as usual when one of them has hooks attached (the full last block runs then).
         """
         B, T = tokens.shape
         if positions is None:
@@ -234,9 +253,14 @@ class Transformer(nn.Module):
             if self.projector is None:
                 raise ValueError("image tokens given to a text-only model; attach_projector() first")
             x = x.index_put((mask,), self.projector(features.to(x.dtype)).to(x.dtype))  # bf16 under autocast
-        for block in self.blocks:
+        *first, last = self.blocks
+        for block in first:
             x = block(x, cis)
-        return x
+        if at is None:
+            return last(x, cis)
+        if any(m.fns for m in last.modules() if isinstance(m, HookPoint)):
+            return last(x, cis)[torch.arange(B, device=x.device), at]
+        return last(x, cis, at=at)[:, 0]
 
     def extend(self, x: torch.Tensor, positions: torch.Tensor, keys: list, values: list, valid: torch.Tensor,
                independent: bool = False, start: torch.Tensor | None = None,

@@ -116,12 +116,12 @@ def model_inputs(batch: Batch, device, bank: ImageBank | None = None):
 
 def answer_logits(model: Transformer, batch: Batch, device, precision: str = "fp32",
                   bank: ImageBank | None = None) -> torch.Tensor:
-    """Logits at each prompt's [ANSWER] position, (B, vocab), float32. Unembeds only those positions."""
+    """Logits at each prompt's [ANSWER] position, (B, vocab), float32. The last block and the unembedding
+    run at those positions only."""
     tokens, positions, images = model_inputs(batch, device, bank)
     with autocast(device, precision):
-        resid = model.residual(tokens, positions, images)
-        rows = torch.arange(len(batch), device=resid.device)
-        logits = model.logits(resid[rows, torch.from_numpy(batch.answer_pos).to(resid.device)])
+        at = torch.from_numpy(batch.answer_pos).to(tokens.device)
+        logits = model.logits(model.residual(tokens, positions, images, at=at))
     return logits.float()
 
 
