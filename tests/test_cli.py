@@ -77,3 +77,21 @@ def test_counterfactual_pairs_print_both_prompts_and_five_distinct_predictions()
         assert len(original.split()) == len(counterfactual.split()) and original.count("[SEP]") >= 4
     proc = sample("--stage", "text_s1", "--counterfactual")
     assert proc.returncode == 2 and "5" in proc.stderr
+
+
+def test_a_rule_log_keeps_the_lines_of_an_earlier_attempt(tmp_path):
+    """A killed training job resumes when run again; its log must not lose the killed attempt's lines."""
+    import logging
+
+    from vlbind.cli import setup_logging
+
+    path = tmp_path / "logs" / "job.log"
+    try:
+        setup_logging(str(path)).info("first attempt: step 1000")
+        setup_logging(str(path)).info("second attempt: resumed from step 1000")
+    finally:
+        logging.basicConfig(handlers=[logging.StreamHandler()], force=True)
+        sys.excepthook = sys.__excepthook__
+    messages = [line.split(": ", 1)[1] for line in path.read_text().splitlines()]  # after "time level name: "
+    assert len(messages) == 4 and all(m.startswith("job started") for m in messages[0::2])
+    assert messages[1::2] == ["first attempt: step 1000", "second attempt: resumed from step 1000"]

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 from pathlib import Path
 
@@ -21,18 +22,23 @@ import numpy as np
 
 
 def setup_logging(path: str | None = None, level=logging.INFO) -> logging.Logger:
-    """Log with timestamps to `path` (a rule's log file), or to stderr when no path is given."""
+    """Log with timestamps to `path` (a rule's log file), or to stderr when no path is given.
+
+    A log file is appended to: a training job killed and run again resumes where it stopped, and its log
+    keeps the lines of the killed attempt (each attempt starts with a "job started" line)."""
     if path:
         Path(path).parent.mkdir(parents=True, exist_ok=True)
-    handler = logging.FileHandler(path, mode="w") if path else logging.StreamHandler(sys.stderr)
+    handler = logging.FileHandler(path, mode="a") if path else logging.StreamHandler(sys.stderr)
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s",
                         handlers=[handler], force=True)
     log = logging.getLogger("vlbind")
-    if path:  # a rule's failure shows in its log file, not only in Snakemake's output
+    if path:
+        log.info("job started (pid %d)", os.getpid())
+
         def excepthook(kind, value, tb):
             log.critical("failed", exc_info=(kind, value, tb))
             sys.__excepthook__(kind, value, tb)
-        sys.excepthook = excepthook
+        sys.excepthook = excepthook  # a rule's failure shows in its log file, not only in Snakemake's output
     return log
 
 
