@@ -108,21 +108,20 @@ class Attention(nn.Module):
         q, k = rope(qkv[:, :, :2], cis).to(dtype).permute(2, 0, 3, 1, 4)  # in one call: (B, H, T, Dh) each
         k, v = self.hook_k(k), self.hook_v(qkv[:, :, 2].transpose(1, 2).to(dtype))
         with torch.autocast("cpu", enabled=False) if cpu else nullcontext():
-            if at is None:
-                y = self._attend(q, k, v, past)
-            else:
-                rows = torch.arange(B, device=x.device)
-                q = q[rows, :, at][:, :, None]  # (B, H, 1, Dh)
-                mask = (torch.arange(T, device=x.device) <= at[:, None])[:, None, None]  # (B, 1, 1, T)
-                y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
-            y = y.to(qkv.dtype)  # back to the projections' dtype (bf16 weights on CPU)
+            y = self._attend(q, k, v, past, at).to(qkv.dtype)  # back to the projections' dtype (bf16 weights on CPU)
         return self.out(y.transpose(1, 2).reshape(B, y.shape[2], D))
 
-    def _attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, past: tuple | None) -> torch.Tensor:
-        T = q.shape[2]
+    def _attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, past: tuple | None,
+                at: torch.Tensor | None) -> torch.Tensor:
+        B, _, T, _ = q.shape
+        if at is not None:
+            if past is not None:
+                raise ValueError("Attention: `at` (one query per prompt) and `past` (a KV cache) do not combine")
+            q = q[torch.arange(B, device=q.device), :, at][:, :, None]  # (B, H, 1, Dh)
+            mask = (torch.arange(T, device=q.device) <= at[:, None])[:, None, None]  # (B, 1, 1, T)
+            return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
         if past is not None:
             past_k, past_v, valid, new_mask = past
-            B = q.shape[0]
             mask = torch.cat([valid[:, None, None, :].expand(B, 1, T, -1), new_mask.expand(B, 1, T, T)], dim=-1)
             keys, values = torch.cat([past_k.to(k.dtype), k], 2), torch.cat([past_v.to(v.dtype), v], 2)
             return F.scaled_dot_product_attention(q, keys, values, attn_mask=mask)
