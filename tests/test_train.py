@@ -147,66 +147,6 @@ def test_length_ramp_waits_for_its_target(tmp_path):
     assert training_summary([tmp_path / "meta.json"])["max_objects"].tolist() == [2]  # not the stage's 5
 
 
-# min_delta 1 and a ramp target no model reaches: every attempt plateaus on 2 objects at its third validation
-RESTART_CFG = TrainConfig(**{**CFG.__dict__, "ramp_target": 1.0, "min_delta": 1.0, "patience": 2, "restarts": 1})
-
-
-def test_a_plateau_on_a_short_range_restarts_from_the_parent_on_the_next_data_stream(tmp_path, monkeypatch):
-    import vlbind.train
-
-    meta = train_stage(fresh(), RAMP_SPEC, RESTART_CFG, tmp_path / "run", stage="text_s4")
-    assert [a["stopped_because"] for a in meta["attempts"]] == ["plateau", "plateau"]
-    curve = pd.read_parquet(tmp_path / "run" / "metrics.parquet")
-    assert curve["attempt"].tolist() == [0, 0, 0, 1, 1, 1]  # validations at steps 3, 6, 9 of each attempt
-    once = TrainConfig(**{**RESTART_CFG.__dict__, "restarts": 0})
-    train_stage(fresh(), RAMP_SPEC, once, tmp_path / "first", stage="text_s4")
-    stream = vlbind.train.data_stream
-    monkeypatch.setattr(vlbind.train, "data_stream", lambda seed, stage, attempt=0: stream(seed, stage, attempt + 1))
-    train_stage(fresh(), RAMP_SPEC, once, tmp_path / "second", stage="text_s4")
-    # attempt k of the restarted stage is a fresh run of the stage from the parent on data stream k
-    for attempt, ref in enumerate(("first", "second")):
-        alone = pd.read_parquet(tmp_path / ref / "metrics.parquet")
-        rows = curve[curve["attempt"] == attempt].reset_index(drop=True)
-        for column in ("step", "train_loss", "val_accuracy", "lr"):
-            pd.testing.assert_series_equal(rows[column], alone[column])
-    assert not curve.loc[curve["attempt"] == 0, "train_loss"].equals(
-        curve.loc[curve["attempt"] == 1, "train_loss"].reset_index(drop=True))  # another stream
-    # the kept weights are the best of the attempt that got further (here: the better best accuracy)
-    best = max(meta["attempts"], key=lambda a: (a["max_pairs_reached"], a["best_val_accuracy"]))
-    assert meta["attempt"] == best["attempt"] and curve.loc[curve["kept"], "attempt"].eq(best["attempt"]).all()
-    kept, _ = load_model(tmp_path / "run")
-    ref, _ = load_model(tmp_path / ("first", "second")[best["attempt"]])
-    for k, v in ref.state_dict().items():
-        assert torch.equal(kept.state_dict()[k], v), k
-
-
-def test_a_restarted_stage_resumes_inside_its_later_attempt(tmp_path):
-    ref = fresh()
-    train_stage(ref, RAMP_SPEC, RESTART_CFG, tmp_path / "ref", stage="text_s4")
-    calls = []
-
-    def die(step):  # the 9 steps of attempt 0, then 5 of attempt 1 (its state saved at step 3)
-        calls.append(step)
-        if len(calls) == 14:
-            raise Kill
-
-    with pytest.raises(Kill):
-        train_stage(fresh(), RAMP_SPEC, RESTART_CFG, tmp_path / "run", stage="text_s4", callback=die)
-    meta = train_stage(fresh(), RAMP_SPEC, RESTART_CFG, tmp_path / "run", stage="text_s4")
-    assert meta["resumed"] and len(meta["attempts"]) == 2
-    resumed, _ = load_model(tmp_path / "run")
-    for k, v in ref.state_dict().items():
-        assert torch.equal(resumed.state_dict()[k], v), k
-    pd.testing.assert_frame_equal(pd.read_parquet(tmp_path / "ref" / "metrics.parquet").drop(columns="steps_per_s"),
-                                  pd.read_parquet(tmp_path / "run" / "metrics.parquet").drop(columns="steps_per_s"))
-
-
-def test_a_plateau_on_the_full_range_does_not_restart(tmp_path):
-    cfg = TrainConfig(**{**RESTART_CFG.__dict__, "ramp_target": None})
-    meta = train_stage(fresh(), SPEC, cfg, tmp_path, stage="text_s4")
-    assert meta["stopped_because"] == "plateau" and len(meta["attempts"]) == 1
-
-
 def record_lr(monkeypatch) -> tuple[dict, Callable[[int], None]]:
     """({step: the optimizer's rate at that step}, the train_stage callback that fills it)."""
     import vlbind.train

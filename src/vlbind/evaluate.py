@@ -61,8 +61,6 @@ def divergence(curves: dict[str, pd.DataFrame], collapse_drop: float) -> str | N
     for stage, curve in curves.items():
         if curve.empty:
             continue
-        if "kept" in curve:  # a stage that restarted: judge the attempt whose weights it kept
-            curve = curve[curve["kept"]]
         bad = curve[~curve["finite"]]
         if len(bad):
             return f"{stage}: non-finite loss by step {int(bad['step'].iloc[0])}"

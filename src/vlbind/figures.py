@@ -57,8 +57,7 @@ def ood_summary(df: pd.DataFrame) -> pd.DataFrame:
 
 def training_summary(meta_paths: list[str | Path]) -> pd.DataFrame:
     """One row per trained stage: run, stage, steps, best step and validation accuracy, the longest prompt it
-    trained on (below the stage's max_pairs where a length ramp stopped early), why it stopped, how many attempts
-    it made (train.restarts; the other columns describe the kept one), wall time of all."""
+    trained on (below the stage's max_pairs where a length ramp stopped early), why it stopped, wall time."""
     import json
 
     rows = []
@@ -67,8 +66,7 @@ def training_summary(meta_paths: list[str | Path]) -> pd.DataFrame:
         rows.append({"run": Path(p).parent.parent.name, "stage": meta["stage"], "steps": meta["steps"],
                      "best_step": meta["best_step"], "best_val_accuracy": meta["best_val_accuracy"],
                      "max_objects": meta.get("max_pairs_reached", meta["stage_spec"]["max_pairs"]),
-                     "stopped_because": meta["stopped_because"], "attempts": len(meta.get("attempts", [meta])),
-                     "wall_minutes": meta["wall_seconds"] / 60})
+                     "stopped_because": meta["stopped_because"], "wall_minutes": meta["wall_seconds"] / 60})
     return pd.DataFrame(rows)
 
 

@@ -22,14 +22,6 @@ below `min_lr`; when the length ramp adds an object it returns to `lr`. A mini m
 ramp target at lr 1e-3 passed it within 1.5k steps at 1e-4, while a rate left low learnt the next lengths
 slower; even with the return to `lr`, mini's text_s4 did not get further than at a constant rate, so mini
 leaves it off (docs/results/mini/).
-
-Restarts (`restarts`, 0 by default; not in the paper): a stage whose length ramp stops on a plateau before
-its full range starts over from its parent's weights, with a fresh optimizer and warm-up and another data
-stream (attempt k draws its prompts from the seed, the stage and k), up to `restarts` times; `max_steps`
-caps each attempt. The weights kept are those of the attempt that got furthest (longest range, then best
-validation accuracy); metrics.parquet holds every attempt's curve (`attempt`, `kept`), meta.json a summary
-of each. A mini model that stalls on a short range in one trajectory passes it in another from the same
-parent (docs/results/mini/).
 """
 
 from __future__ import annotations
@@ -40,7 +32,7 @@ import logging
 import math
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import asdict, dataclass, field, fields, replace
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -81,7 +73,6 @@ class TrainConfig:
     lr_decay: float | None = None  # lr factor on a stall (see module doc); None: constant after warm-up
     lr_patience: int = 10  # validations without a new best before the lr decays
     min_lr: float = 0.0
-    restarts: int = 0  # fresh starts after a plateau on a short ramp range (see module doc)
     seed: int = 0
 
     def __post_init__(self) -> None:
@@ -93,8 +84,6 @@ class TrainConfig:
                     "lr_patience"):
             if getattr(self, key) < 1:
                 raise ValueError(f"TrainConfig.{key}={getattr(self, key)} must be >= 1")
-        if self.restarts < 0:
-            raise ValueError(f"TrainConfig.restarts={self.restarts} must be >= 0")
 
     @classmethod
     def from_dict(cls, d: dict) -> TrainConfig:
@@ -177,31 +166,6 @@ def fingerprint(*parts) -> str:
     return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
-def data_stream(seed: int, stage: str, attempt: int = 0) -> np.random.Generator:
-    """The RNG that draws `stage`'s training prompts in its `attempt` (0: the first run, k: the k-th restart)."""
-    entropy = [seed, int(fingerprint(stage), 16) % (2**32)]
-    return np.random.default_rng(entropy + [attempt] if attempt else entropy)
-
-
-@dataclass
-class Progress:
-    """Where one attempt of a stage stands; saved in the resume file (with the data RNG state)."""
-    longest: int  # the longest prompt of the current ramp range
-    attempt: int = 0
-    step: int = 0
-    best_acc: float = -1.0
-    best_step: int = 0
-    lr_scale: float = 1.0  # lr decay on a stall: the current factor
-    decayed_at: int = 0  # step of the last decay (or of the last added object)
-    history: list = field(default_factory=list)  # validation rows of every attempt so far
-    finished: list = field(default_factory=list)  # summaries of the earlier attempts
-    wall_seconds: float = 0.0  # spent in earlier processes
-
-    def summary(self, reason: str) -> dict:
-        return {"attempt": self.attempt, "steps": self.step, "best_step": self.best_step,
-                "best_val_accuracy": self.best_acc, "max_pairs_reached": self.longest, "stopped_because": reason}
-
-
 def train_stage(model: Transformer, spec: StageSpec, cfg: TrainConfig, out_dir: Path, *, stage: str,
                 device="cpu", parent: str | None = None, bank: ImageBank | None = None,
                 callback: Callable[[int], None] | None = None) -> dict:
@@ -212,117 +176,100 @@ def train_stage(model: Transformer, spec: StageSpec, cfg: TrainConfig, out_dir: 
     """
     out_dir = Path(out_dir)
     model.to(device).train()
+    opt = make_optimizer(model, cfg)
+    rng = np.random.default_rng([cfg.seed, int(fingerprint(stage), 16) % (2**32)])
     # max_steps only says when to stop, never what a step does: raising a cap keeps a killed run's progress
     key = fingerprint(stage, spec.to_dict(), {**asdict(cfg), "max_steps": None}, model.cfg.to_dict(), parent,
                       _weights_digest(model))
     ckpt_every = math.ceil(cfg.checkpoint_every / cfg.eval_every) * cfg.eval_every
-    first = spec.max_pairs if cfg.ramp_target is None else spec.min_pairs
-    start = _clone(model.state_dict())
-    opt = make_optimizer(model, cfg)
-    p, rng, best_state, kept = Progress(longest=first), data_stream(cfg.seed, stage), start, None
+
+    step, best_acc, best_step, history, wall_before = 0, -1.0, 0, [], 0.0
+    lr_scale, decayed_at = 1.0, 0  # lr decay on a stall: current factor, step of the last decay
+    longest = spec.max_pairs if cfg.ramp_target is None else spec.min_pairs
+    best_state = {k: v.detach().clone() for k, v in model.state_dict().items()}
     resumed = _load_resume(out_dir / RESUME_FILE, key, model, opt)
     if resumed is not None:
-        p, rng_state, best_state, kept = resumed
-        rng = data_stream(cfg.seed, stage, p.attempt)
-        rng.bit_generator.state = rng_state
-        log.info("resumed %s from step %d of attempt %d (best val acc %.4f)", stage, p.step, p.attempt, p.best_acc)
-    current = replace(spec, max_pairs=p.longest)
+        progress, best_state = resumed
+        step, best_acc, best_step, history = (progress[k] for k in ("step", "best_acc", "best_step", "history"))
+        wall_before = progress.get("wall_seconds", 0.0)
+        longest = progress.get("longest", longest)
+        lr_scale, decayed_at = progress.get("lr_scale", 1.0), progress.get("decayed_at", 0)
+        rng.bit_generator.state = progress["rng_state"]
+        log.info("resumed %s from step %d (best val acc %.4f)", stage, step, best_acc)
+    current = replace(spec, max_pairs=longest)
     val = validation_set(current, cfg, bank=bank)
 
-    t0 = time.time()
-    while True:  # one attempt per pass; a restart starts the next from the parent's weights
-        t_last, step_last, losses, reason = time.time(), p.step, [], "max_steps"
-        while p.step < cfg.max_steps:
-            batch = generate(current, cfg.batch_size, rng, bank=bank)
-            logits = answer_logits(model, batch, device, cfg.precision, bank)
-            loss = F.cross_entropy(logits, torch.from_numpy(batch.target).to(logits.device))
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            grad_norm = float(torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip))
-            p.step += 1
-            for g in opt.param_groups:
-                g["lr"] = lr_at(p.step, cfg) * p.lr_scale
-            opt.step()
-            losses.append(loss.item())
-            if callback is not None:
-                callback(p.step)
-            if p.step % cfg.eval_every and p.step != cfg.max_steps:
-                continue
-            acc = accuracy(model, val, device, cfg.precision, bank)
-            now = time.time()
-            rate = (p.step - step_last) / max(now - t_last, 1e-9)
-            t_last, step_last = now, p.step
-            p.history.append({"attempt": p.attempt, "step": p.step, "train_loss": float(np.mean(losses)),
-                              "val_accuracy": acc, "lr": lr_at(p.step, cfg) * p.lr_scale, "grad_norm": grad_norm,
-                              "steps_per_s": rate, "finite": bool(np.isfinite(losses).all()),
-                              "max_pairs": p.longest})
-            losses = []
-            if acc >= p.best_acc + cfg.min_delta or p.best_acc < 0:
-                p.best_acc, p.best_step = acc, p.step
-                best_state = _clone(model.state_dict())
-            log.info("%s step %d/%d objects %d..%d loss %.4f val_acc %.4f best %.4f@%d | %.1f steps/s, %.0f tok/s, "
-                     "ETA to cap %s", stage, p.step, cfg.max_steps, spec.min_pairs, p.longest,
-                     p.history[-1]["train_loss"], acc, p.best_acc, p.best_step, rate,
-                     rate * cfg.batch_size * batch.tokens.shape[1], _eta((cfg.max_steps - p.step) / max(rate, 1e-9)))
-            if not p.history[-1]["finite"]:
-                reason = "non_finite_loss"
-                break
-            if p.longest < spec.max_pairs:
-                if acc >= cfg.ramp_target:
-                    p.longest += 1
-                    current = replace(spec, max_pairs=p.longest)
-                    val = validation_set(current, cfg, bank=bank)
-                    p.best_acc, p.best_step = -1.0, p.step  # from here on the best is judged on the longer range
-                    p.lr_scale, p.decayed_at = 1.0, p.step  # a new length is learnt at the full rate
-                    log.info("%s step %d: ramp to %d..%d objects", stage, p.step, spec.min_pairs, p.longest)
-            elif cfg.target_accuracy is not None and acc >= cfg.target_accuracy:
-                reason = "target_accuracy"
-                break
-            if (p.step - p.best_step) >= cfg.patience * cfg.eval_every:
-                reason = "plateau"
-                break
-            floor = cfg.min_lr / cfg.lr
-            if (cfg.lr_decay is not None and p.lr_scale > floor
-                    and p.step - max(p.best_step, p.decayed_at) >= cfg.lr_patience * cfg.eval_every):
-                p.lr_scale, p.decayed_at = max(p.lr_scale * cfg.lr_decay, floor), p.step
-                log.info("%s step %d: no new best in %d validations, lr -> %.2e", stage, p.step, cfg.lr_patience,
-                         cfg.lr * p.lr_scale)
-            if p.step % ckpt_every == 0:
-                saved = replace(p, wall_seconds=p.wall_seconds + time.time() - t0)
-                _save_resume(out_dir / RESUME_FILE, key, model, opt, saved, rng, best_state, kept)
-
-        summary = p.summary(reason)
-        if kept is None or (p.longest, p.best_acc) > (kept[0]["max_pairs_reached"], kept[0]["best_val_accuracy"]):
-            kept = (summary, best_state)
-        if not (reason == "plateau" and p.longest < spec.max_pairs and p.attempt < cfg.restarts):
+    t0, t_last, step_last, losses, reason = time.time(), time.time(), step, [], "max_steps"
+    while step < cfg.max_steps:
+        batch = generate(current, cfg.batch_size, rng, bank=bank)
+        logits = answer_logits(model, batch, device, cfg.precision, bank)
+        loss = F.cross_entropy(logits, torch.from_numpy(batch.target).to(logits.device))
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        grad_norm = float(torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip))
+        step += 1
+        for g in opt.param_groups:
+            g["lr"] = lr_at(step, cfg) * lr_scale
+        opt.step()
+        losses.append(loss.item())
+        if callback is not None:
+            callback(step)
+        if step % cfg.eval_every and step != cfg.max_steps:
+            continue
+        acc = accuracy(model, val, device, cfg.precision, bank)
+        now = time.time()
+        rate = (step - step_last) / max(now - t_last, 1e-9)
+        t_last, step_last = now, step
+        history.append({"step": step, "train_loss": float(np.mean(losses)), "val_accuracy": acc,
+                        "lr": lr_at(step, cfg) * lr_scale, "grad_norm": grad_norm, "steps_per_s": rate,
+                        "finite": bool(np.isfinite(losses).all()), "max_pairs": longest})
+        losses = []
+        if acc >= best_acc + cfg.min_delta or best_acc < 0:
+            best_acc, best_step = acc, step
+            best_state = {k: v.detach().clone() for k, v in model.state_dict().items()}
+        log.info("%s step %d/%d objects %d..%d loss %.4f val_acc %.4f best %.4f@%d | %.1f steps/s, %.0f tok/s, "
+                 "ETA to cap %s", stage, step, cfg.max_steps, spec.min_pairs, longest, history[-1]["train_loss"],
+                 acc, best_acc, best_step, rate, rate * cfg.batch_size * batch.tokens.shape[1],
+                 _eta((cfg.max_steps - step) / max(rate, 1e-9)))
+        if not history[-1]["finite"]:
+            reason = "non_finite_loss"
             break
-        log.info("%s: plateau on %d..%d objects in attempt %d; restart %d of %d from the parent's weights with "
-                 "another data stream", stage, spec.min_pairs, p.longest, p.attempt, p.attempt + 1, cfg.restarts)
-        p = Progress(longest=first, attempt=p.attempt + 1, history=p.history, finished=[*p.finished, summary],
-                     wall_seconds=p.wall_seconds)
-        model.load_state_dict(start)
-        opt, rng, best_state = make_optimizer(model, cfg), data_stream(cfg.seed, stage, p.attempt), start
-        current = replace(spec, max_pairs=p.longest)
-        val = validation_set(current, cfg, bank=bank)
+        if longest < spec.max_pairs:
+            if acc >= cfg.ramp_target:
+                longest += 1
+                current = replace(spec, max_pairs=longest)
+                val = validation_set(current, cfg, bank=bank)
+                best_acc, best_step = -1.0, step  # from here on the best is judged on the longer range
+                lr_scale, decayed_at = 1.0, step  # a new length is learnt at the full rate
+                log.info("%s step %d: ramp to %d..%d objects", stage, step, spec.min_pairs, longest)
+        elif cfg.target_accuracy is not None and acc >= cfg.target_accuracy:
+            reason = "target_accuracy"
+            break
+        if (step - best_step) >= cfg.patience * cfg.eval_every:
+            reason = "plateau"
+            break
+        floor = cfg.min_lr / cfg.lr
+        if (cfg.lr_decay is not None and lr_scale > floor
+                and step - max(best_step, decayed_at) >= cfg.lr_patience * cfg.eval_every):
+            lr_scale, decayed_at = max(lr_scale * cfg.lr_decay, floor), step
+            log.info("%s step %d: no new best in %d validations, lr -> %.2e", stage, step, cfg.lr_patience,
+                     cfg.lr * lr_scale)
+        if step % ckpt_every == 0:
+            progress = {"step": step, "best_acc": best_acc, "best_step": best_step, "history": history,
+                        "rng_state": rng.bit_generator.state, "wall_seconds": wall_before + time.time() - t0,
+                        "longest": longest, "lr_scale": lr_scale, "decayed_at": decayed_at}
+            _save_resume(out_dir / RESUME_FILE, key, model, opt, progress, best_state)
 
-    summary, best_state = kept
     model.load_state_dict(best_state)
-    history = pd.DataFrame(p.history)
-    history["kept"] = history["attempt"] == summary["attempt"]
     meta = {"stage": stage, "parent": parent, "stage_spec": spec.to_dict(), "train_config": asdict(cfg),
-            "model_config": model.cfg.to_dict(), **summary, "attempts": [*p.finished, p.summary(reason)],
-            "resumed": resumed is not None, "wall_seconds": p.wall_seconds + time.time() - t0,
-            "vlbind_version": __version__}
-    save_model(out_dir, model, meta, history)
+            "model_config": model.cfg.to_dict(), "steps": step, "best_step": best_step,
+            "best_val_accuracy": best_acc, "max_pairs_reached": longest, "stopped_because": reason,
+            "resumed": resumed is not None,
+            "wall_seconds": wall_before + time.time() - t0, "vlbind_version": __version__}
+    save_model(out_dir, model, meta, pd.DataFrame(history))
     (out_dir / RESUME_FILE).unlink(missing_ok=True)
-    log.info("%s done: %s after %d steps, best val acc %.4f at step %d%s", stage, summary["stopped_because"],
-             summary["steps"], summary["best_val_accuracy"], summary["best_step"],
-             f" (attempt {summary['attempt']} of {p.attempt + 1})" if p.attempt else "")
+    log.info("%s done: %s after %d steps, best val acc %.4f at step %d", stage, reason, step, best_acc, best_step)
     return meta
-
-
-def _clone(state: dict) -> dict:
-    return {k: v.detach().clone() for k, v in state.items()}
 
 
 def _weights_digest(model: Transformer) -> str:
@@ -333,23 +280,18 @@ def _weights_digest(model: Transformer) -> str:
     return h.hexdigest()[:16]
 
 
-def _save_resume(path, key, model, opt, progress: Progress, rng, best_state: dict,
-                 kept: tuple[dict, dict] | None) -> None:
-    """Weights, best weights, optimizer state and (after a restart) the furthest earlier attempt's summary and
-    weights as tensors; progress, the data RNG state and the settings key as JSON metadata."""
+def _save_resume(path, key, model, opt, progress: dict, best_state: dict) -> None:
+    """Weights, best weights and optimizer state as tensors; `progress` (step, best accuracy and step,
+    curve, data RNG state, wall time) and the settings key as JSON metadata."""
     tensors = {f"model.{k}": v for k, v in model.state_dict().items()}
     tensors |= {f"best.{k}": v for k, v in best_state.items()}
-    if kept is not None:
-        tensors |= {f"kept.{k}": v for k, v in kept[1].items()}
     opt_tensors, groups = optimizer_tensors(opt)
     tensors |= opt_tensors
-    save_tensors(path, tensors, {**asdict(progress), "rng_state": rng.bit_generator.state, "key": key,
-                                 "param_groups": groups, "kept": kept[0] if kept else None})
+    save_tensors(path, tensors, {**progress, "key": key, "param_groups": groups})
 
 
-def _load_resume(path: Path, key: str, model, opt) -> tuple[Progress, dict, dict, tuple | None] | None:
-    """(progress, data RNG state, best weights, furthest earlier attempt) of a saved state made with the same
-    settings, loading model and optimizer."""
+def _load_resume(path: Path, key: str, model, opt) -> tuple[dict, dict] | None:
+    """(progress, best weights) of a saved state made with the same settings, loading model and optimizer."""
     if not path.is_file():
         return None
     tensors, meta = load_tensors(path)
@@ -359,9 +301,7 @@ def _load_resume(path: Path, key: str, model, opt) -> tuple[Progress, dict, dict
     pick = lambda prefix: {k[len(prefix):]: v for k, v in tensors.items() if k.startswith(prefix)}
     model.load_state_dict(pick("model."))
     load_optimizer_tensors(opt, {k: v for k, v in tensors.items() if k.startswith("optim.")}, meta["param_groups"])
-    progress = Progress(**{f.name: meta[f.name] for f in fields(Progress) if f.name in meta})
-    kept = (meta["kept"], pick("kept.")) if meta.get("kept") else None
-    return progress, meta["rng_state"], pick("best."), kept
+    return meta, pick("best.")
 
 
 def _eta(seconds: float) -> str:
