@@ -15,6 +15,7 @@ fig_layer_relevance: per block, input/output cosine similarity vs the accuracy d
 
 from __future__ import annotations
 
+import textwrap
 from pathlib import Path
 
 import matplotlib
@@ -100,7 +101,7 @@ def fig3(df: pd.DataFrame, path: str | Path, note: str = "") -> None:
     n = np.arange(df["n_objects"].min(), df["n_objects"].max() + 1)
     ax.plot(n, 1 / n, ls=":", color="0.4", lw=1, label="chance (1 / objects)")
     ax.set(xlabel="number of objects in context", ylabel="accuracy (text modality, query by color)", ylim=(0, 1.02))
-    ax.set_title("Indirect retrieval: accuracy vs context size" + (f"\n{note}" if note else ""), fontsize=9)
+    ax.set_title(_title("Indirect retrieval: accuracy vs context size", note), fontsize=9)
     ax.legend(fontsize=7, loc="upper right")
     _save(fig, path)
 
@@ -119,7 +120,7 @@ def fig8(df: pd.DataFrame, path: str | Path, note: str = "") -> None:
         ax.legend(fontsize=6, loc="lower left")
     axes[0][0].set_ylabel("accuracy")
     if note:
-        fig.suptitle(note, fontsize=9)
+        fig.suptitle(_note(note).strip(), fontsize=9)
     _save(fig, path)
 
 
@@ -172,7 +173,7 @@ def fig4(df: pd.DataFrame, path, note: str = "", circuits: pd.DataFrame | None =
         ax.set_title(f"{v} ({d['run'].nunique()} runs, {kept} pairs)", fontsize=8)
     axes[0][0].set_ylabel("share of patched answers")
     axes[0][-1].legend(fontsize=6, loc="upper left", bbox_to_anchor=(1.0, 1.0))
-    fig.suptitle("Interchange interventions: binding mechanism per layer" + (f"\n{note}" if note else ""), fontsize=9)
+    fig.suptitle(_title("Interchange interventions: binding mechanism per layer", note), fontsize=9)
     _save(fig, path)
 
 
@@ -190,7 +191,7 @@ def fig9(df: pd.DataFrame, path, note: str = "", circuits: pd.DataFrame | None =
         extra = "" if c is None else f"\n{c.circuit}, first spike at layer {c.spike_layer}"
         ax.set_title(f"{v} / {run}{extra}", fontsize=7)
     axes.flat[0].legend(fontsize=5)
-    fig.suptitle("Interchange interventions per run" + (f"\n{note}" if note else ""), fontsize=9)
+    fig.suptitle(_title("Interchange interventions per run", note), fontsize=9)
     _save(fig, path)
 
 
@@ -213,7 +214,7 @@ def fig10(df: pd.DataFrame, path, note: str = "", circuits: pd.DataFrame | None 
         axes[1][k].barh([f"{s} -> {t}" for s, t in m.index], m.to_numpy(), color="tab:red")
         axes[1][k].set(xlabel="accuracy drop", title="matching edges (same object)")
         axes[1][k].tick_params(labelsize=6)
-    fig.suptitle("Attention knockouts, all layers" + (f"\n{note}" if note else ""), fontsize=9)
+    fig.suptitle(_title("Attention knockouts, all layers", note), fontsize=9)
     _save(fig, path)
 
 
@@ -238,8 +239,7 @@ def fig11(df: pd.DataFrame, path, note: str = "", circuits: pd.DataFrame | None 
     axes[0][-1].legend(fontsize=6)
     for ax in axes[-1]:
         ax.set_xlabel("layer")
-    fig.suptitle("Linear probes: what each position's residual stream holds (dotted: chance)"
-                 + (f"\n{note}" if note else ""), fontsize=9)
+    fig.suptitle(_title("Linear probes: what each position's residual stream holds (dotted: chance)", note), fontsize=9)
     _save(fig, path)
 
 
@@ -258,7 +258,7 @@ def fig12(df: pd.DataFrame, path, note: str = "", circuits: pd.DataFrame | None 
         axes[0][j].legend(fontsize=5)
     for ax in axes[:, 0]:
         ax.set_ylabel("probe accuracy - chance")
-    fig.suptitle("Binding signature per run" + (f"\n{note}" if note else ""), fontsize=9)
+    fig.suptitle(_title("Binding signature per run", note), fontsize=9)
     _save(fig, path)
 
 
@@ -271,7 +271,7 @@ def fig13(df: pd.DataFrame, path, note: str = "", circuits: pd.DataFrame | None 
     sns.heatmap(table, ax=ax, cmap="Reds", vmin=0, annot=True, fmt=".2f", annot_kws={"fontsize": 6})
     ax.set(xlabel="", ylabel="")
     ax.tick_params(labelsize=6)
-    ax.set_title("Matching-edge knockouts per run (accuracy drop)" + (f"\n{note}" if note else ""), fontsize=9)
+    ax.set_title(_title("Matching-edge knockouts per run (accuracy drop)", note), fontsize=9)
     _save(fig, path)
 
 
@@ -287,8 +287,17 @@ def fig_layer_relevance(df: pd.DataFrame, path, note: str = "", circuits: pd.Dat
         ax.title.set_fontsize(8)
     axes[0][0].set_ylabel("accuracy drop when the block is skipped")
     axes[0][-1].legend(fontsize=6)
-    fig.suptitle("Layer relevance: similarity vs removal" + (f"\n{note}" if note else ""), fontsize=9)
+    fig.suptitle(_title("Layer relevance: similarity vs removal", note), fontsize=9)
     _save(fig, path)
+
+
+def _title(title: str, note: str) -> str:
+    return title + _note(note)
+
+
+def _note(note: str, width: int = 90) -> str:
+    """The config's figure note on its own lines, wrapped so that it fits the narrowest figure."""
+    return "\n" + textwrap.fill(note, width) if note else ""
 
 
 def _save(fig, path) -> None:
