@@ -120,7 +120,7 @@ def fig8(df: pd.DataFrame, path: str | Path, note: str = "") -> None:
         ax.legend(fontsize=6, loc="lower left")
     axes[0][0].set_ylabel("accuracy")
     if note:
-        fig.suptitle(_note(note).strip(), fontsize=9)
+        fig.suptitle(_note(note), fontsize=9)
     _save(fig, path)
 
 
@@ -292,12 +292,13 @@ def fig_layer_relevance(df: pd.DataFrame, path, note: str = "", circuits: pd.Dat
 
 
 def _title(title: str, note: str) -> str:
-    return title + _note(note)
+    """`title`, then the config's figure note (if any) on the lines below it."""
+    return f"{title}\n{_note(note)}" if note else title
 
 
 def _note(note: str, width: int = 90) -> str:
-    """The config's figure note on its own lines, wrapped so that it fits the narrowest figure."""
-    return "\n" + textwrap.fill(note, width) if note else ""
+    """The config's figure note, wrapped so that it fits the narrowest figure."""
+    return textwrap.fill(note, width)
 
 
 def _save(fig, path) -> None:
