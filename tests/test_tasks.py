@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from vlbind.tasks import BY_COLOR, BY_SHAPE, GROUNDING, LOOKUP, RETRIEVAL, Role, StageSpec, generate, prompt_text
+from vlbind.tasks import BY_COLOR, BY_SHAPE, GROUNDING, LOOKUP, RETRIEVAL, SOLO, Role, StageSpec, generate, prompt_text
 from vlbind.vocab import VOCAB
 
 CURRICULUM = {
@@ -16,6 +16,8 @@ CURRICULUM = {
                             noise_fraction=0.5),
     "mixed_tasks": StageSpec(216, 216, 32, 2, 8, grounding_fraction=0.5, symmetric_fraction=0.5),
     "one_hop_practice": StageSpec(216, 216, 8, 2, 8, symmetric_fraction=0.5, hop_fraction=0.6),
+    "solo_practice": StageSpec(216, 216, 8, 2, 8, symmetric_fraction=0.5, hop_fraction=0.4, solo_fraction=0.5,
+                               noise_tokens=100, noise_fraction=0.5),
 }
 
 
@@ -37,7 +39,8 @@ def solve(text: str) -> str:
         return entity
     entries = " ".join(middle).split(" [SEP] ")
     assoc = dict(e.split() for e in entries)
-    assert len(assoc) == len(pairs)
+    # one entry per context pair; a solo context (one pair) keeps the entries of the objects it leaves out
+    assert len(assoc) == len(pairs) or (len(pairs) == 1 and entity in assoc)
     if query in assoc:  # association lookup: the query is itself an association key
         return assoc[query]
     return assoc[entity]
@@ -60,12 +63,13 @@ def test_stage_constraints(stage):
         assert set(np.unique(b.n_pairs)) == set(range(spec.min_pairs, spec.max_pairs + 1))
     for i in range(len(b)):
         n = b.n_pairs[i]
+        shown = 1 if b.task[i] == SOLO else n
         row = b.tokens[i, : b.answer_pos[i] + 1]
         colors = row[b.roles[i, : len(row)] == Role.CONTEXT_COLOR]
         shapes = row[b.roles[i, : len(row)] == Role.CONTEXT_SHAPE]
         items = row[b.roles[i, : len(row)] == Role.ASSOCIATION_ITEM]
-        assert len(colors) == len(shapes) == n and len(set(colors)) == len(set(shapes)) == n
-        assert len(set(items)) == len(items)
+        assert len(colors) == len(shapes) == shown and len(set(colors)) == len(set(shapes)) == shown
+        assert len(set(items)) == len(items) == (0 if b.task[i] == GROUNDING else n)
         assert colors.min() >= VOCAB.color_offset and colors.max() < VOCAB.color_offset + spec.n_colors
         assert shapes.min() >= VOCAB.shape_offset and shapes.max() < VOCAB.shape_offset + spec.n_shapes
         if len(items):
@@ -84,8 +88,9 @@ def test_restricted_vocab_is_fully_used():
     assert set(np.unique(b.shapes)) == set(VOCAB.shape_offset + np.arange(8))
 
 
-def test_roles_and_slots_point_at_the_bound_objects():
-    b = generate(CURRICULUM["text_s5"], 300, np.random.default_rng(4))
+@pytest.mark.parametrize("stage", ["text_s5", "solo_practice"])
+def test_roles_and_slots_point_at_the_bound_objects(stage):
+    b = generate(CURRICULUM[stage], 300, np.random.default_rng(4))
     for i in range(len(b)):
         for t in range(b.answer_pos[i] + 1):
             role, slot, tok = b.roles[i, t], b.slots[i, t], b.tokens[i, t]
@@ -121,6 +126,28 @@ def test_one_hop_practice_mixes_grounding_and_lookup_and_validation_leaves_it_ou
     assert np.array_equal(b.tokens[lookup, b.answer_pos[lookup] - 1], keys[lookup, b.query_slot[lookup]])
     val = validation_set(spec, TrainConfig(val_size=300))
     assert all((v.task == RETRIEVAL).all() for v in val) and sum(len(v) for v in val) == 300
+
+
+def test_solo_context_shows_the_queried_object_alone_and_validation_leaves_it_out():
+    from vlbind.train import TrainConfig, validation_set
+
+    spec = CURRICULUM["solo_practice"]
+    b = generate(spec, 4000, np.random.default_rng(8))
+    share = {t: (b.task == t).mean() for t in (RETRIEVAL, SOLO)}
+    assert abs(share[RETRIEVAL] - 0.3) < 0.03 and abs(share[SOLO] - 0.3) < 0.03  # 0.6 retrieval, half solo
+    solo = np.flatnonzero(b.task == SOLO)
+    q = b.query_slot[solo]
+    assert np.array_equal(b.slots[solo, 0], q) and np.array_equal(b.slots[solo, 1], q)
+    assert np.array_equal(b.tokens[solo, 0], b.colors[solo, q]) and np.array_equal(b.tokens[solo, 1], b.shapes[solo, q])
+    assert (b.roles[solo, 2] == Role.CONTEXT_END).all()
+    keys = (b.roles[solo] == Role.ASSOCIATION_KEY).sum(axis=1)
+    assert np.array_equal(keys, b.n_pairs[solo])  # every object keeps its association entry
+    assert np.array_equal(b.target[solo], b.items[solo, q])
+    assert (b.noise[solo] > 0).any() and (b.positions[solo, :3] == [0, 1, 2]).all()  # one pair: no noise gap
+    val = validation_set(spec, TrainConfig(val_size=300))
+    assert all((v.task == RETRIEVAL).all() for v in val)
+    with pytest.raises(ValueError, match="solo_fraction"):
+        StageSpec(image_fraction=0.5, solo_fraction=0.5)
 
 
 def test_longest_fraction_oversamples_max_pairs_and_validation_draws_uniformly():

@@ -11,6 +11,9 @@ Layout of a retrieval prompt with n objects (compact index t, no noise):
 A grounding prompt has no association list: context, [CONTEXTEND] [QUESTION] query [ANSWER] (2n+4).
 An association-lookup prompt (not in the paper; see StageSpec.hop_fraction) is laid out like retrieval but
 queries the association key itself (a shape, when items sit on shapes), so its answer is one hop away.
+A solo-context prompt (not in the paper; see StageSpec.solo_fraction) is a retrieval prompt whose context
+shows the queried object alone (t = 0, 1; the association list keeps all n entries): finding the query's
+shape is trivial, finding its item needs the second hop keyed by a shape read from the context.
 Objects are identified by their *slot* p, their index in the context. Every batch carries the role of
 every position, the slot it refers to and the bindings (color, shape, item per slot), so analyses never
 re-parse text.
@@ -53,7 +56,7 @@ class Role(IntEnum):
     CONTEXT_IMAGE = 11  # an image patch token; its slot is the object it shows (-1: background)
 
 
-RETRIEVAL, GROUNDING, LOOKUP = 0, 1, 2
+RETRIEVAL, GROUNDING, LOOKUP, SOLO = 0, 1, 2, 3
 BY_COLOR, BY_SHAPE = 0, 1
 TEXT, IMAGE = 0, 1  # modality of a prompt's context
 
@@ -85,6 +88,11 @@ class StageSpec:
     # whose share of a uniform draw shrinks as the range grows (1/7 of the prompts at 2..8). Validation
     # sets leave it out.
     longest_fraction: float = 0.0
+    # Share of the *training* retrieval prompts (those left after hop_fraction) whose context shows the
+    # queried object alone (module doc: solo-context): the association lookup keyed by a shape from the
+    # context, the step from one-hop practice to retrieval. Not in the paper (ours, for the mini
+    # curriculum); validation sets leave these prompts out. Text contexts only.
+    solo_fraction: float = 0.0
 
     def __post_init__(self) -> None:
         limits = {"n_colors": VOCAB.n_colors, "n_shapes": VOCAB.n_shapes, "n_items": VOCAB.n_items}
@@ -99,9 +107,11 @@ class StageSpec:
                 raise ValueError(f"StageSpec.{key}={getattr(self, key)} is smaller than max_pairs={self.max_pairs}: "
                                  "objects in a prompt need distinct tokens")
         for key in ("grounding_fraction", "symmetric_fraction", "noise_fraction", "image_fraction", "hop_fraction",
-                    "longest_fraction"):
+                    "longest_fraction", "solo_fraction"):
             if not 0.0 <= getattr(self, key) <= 1.0:
                 raise ValueError(f"StageSpec.{key}={getattr(self, key)} must lie in [0, 1]")
+        if self.solo_fraction > 0 and self.image_fraction > 0:
+            raise ValueError("StageSpec.solo_fraction > 0 needs image_fraction 0: solo-context prompts are text only")
         if self.noise_tokens < 0:
             raise ValueError(f"StageSpec.noise_tokens={self.noise_tokens} must be >= 0")
 
@@ -129,7 +139,7 @@ class Batch:
     items: np.ndarray  # (B, P) item bound to slot p
     association_order: np.ndarray  # (B, P) slot of association entry j, -1 beyond n_pairs
     query_slot: np.ndarray  # (B,)
-    task: np.ndarray  # (B,) RETRIEVAL, GROUNDING or LOOKUP
+    task: np.ndarray  # (B,) RETRIEVAL, GROUNDING, LOOKUP or SOLO
     query_by: np.ndarray  # (B,) BY_COLOR or BY_SHAPE
     noise: np.ndarray  # (B,) noise tokens per gap between context pairs
     modality: np.ndarray  # (B,) TEXT or IMAGE context
@@ -182,6 +192,8 @@ def generate(spec: StageSpec, batch_size: int, rng: np.random.Generator, *, n_pa
     if task is None and spec.hop_fraction > 0:  # draws nothing otherwise: other stages keep their stream
         hop = rng.random(B) < spec.hop_fraction
         task_ = np.where(hop, np.where(rng.random(B) < 0.5, GROUNDING, LOOKUP), task_)
+    if task is None and spec.solo_fraction > 0:  # draws nothing otherwise
+        task_ = np.where((task_ == RETRIEVAL) & (rng.random(B) < spec.solo_fraction), SOLO, task_)
     by = _choice(rng, B, spec.symmetric_fraction, query_by, BY_SHAPE, BY_COLOR)
     noisy = rng.random(B) < spec.noise_fraction if noise is None else np.full(B, bool(noise))
     if modality is None and spec.image_fraction == 0:
@@ -223,11 +235,14 @@ def assemble(n, colors, shapes, items, order, query_slot, task, query_by, gap, m
     pictured = modality == IMAGE
     task_, by, q = task, query_by, query_slot  # short names for the layout arithmetic below
     valid = np.arange(P)[None, :] < n[:, None]
+    if (pictured & (task_ == SOLO)).any():
+        raise ValueError("solo-context prompts (task SOLO) have text contexts only")
+    shown = _shown(task_, n)
     K = bank.tokens_per_image if bank is not None else 0
     if bank is not None and bank.layout == "canvas":
-        ctx = np.where(pictured, K, 2 * n)
+        ctx = np.where(pictured, K, 2 * shown)
     else:
-        ctx = np.where(pictured, K * n, 2 * n)
+        ctx = np.where(pictured, K * n, 2 * shown)
 
     listed = task_ != GROUNDING  # prompts with an association list
     length = np.where(listed, ctx + 3 * n + 3, ctx + 4)
@@ -242,9 +257,10 @@ def assemble(n, colors, shapes, items, order, query_slot, task, query_by, gap, m
     def put(r, t, tok, role, slot=-1):
         tokens[r, t], roles[r, t], slots[r, t] = tok, role, slot
 
-    r, p = np.nonzero(valid & ~pictured[:, None])
-    put(r, 2 * p, colors[r, p], Role.CONTEXT_COLOR, p)
-    put(r, 2 * p + 1, shapes[r, p], Role.CONTEXT_SHAPE, p)
+    r, t = np.nonzero((np.arange(P)[None, :] < shown[:, None]) & ~pictured[:, None])
+    p = np.where(task_[r] == SOLO, q[r], t)  # the slot shown by context pair t
+    put(r, 2 * t, colors[r, p], Role.CONTEXT_COLOR, p)
+    put(r, 2 * t + 1, shapes[r, p], Role.CONTEXT_SHAPE, p)
     if pictured.any():
         r, t = np.nonzero(pictured[:, None] & (np.arange(T)[None, :] < ctx[:, None]))
         if bank.layout == "canvas":
@@ -275,7 +291,7 @@ def assemble(n, colors, shapes, items, order, query_slot, task, query_by, gap, m
     target = np.where(task_ == GROUNDING, linked, items[rows, q])
 
     t = np.arange(T)[None, :]
-    positions = t + gap[:, None] * np.minimum(t // 2, n[:, None] - 1)
+    positions = t + gap[:, None] * np.minimum(t // 2, shown[:, None] - 1)
     batch = Batch(tokens, positions, roles, slots, answer_pos, target, n, colors, shapes, items, order,
                   q, task_, by, gap, modality, image_ids, patches)
     return batch
@@ -284,6 +300,11 @@ def assemble(n, colors, shapes, items, order, query_slot, task, query_by, gap, m
 def batch_sizes(total: int, size: int) -> list[int]:
     """Split `total` prompts into batches of `size`, the last one smaller if needed."""
     return [size] * (total // size) + ([total % size] if total % size else [])
+
+
+def _shown(task, n) -> np.ndarray:
+    """Context pairs laid out per prompt: n, one for a solo-context prompt."""
+    return np.where(task == SOLO, 1, n)
 
 
 def _distinct(rng: np.random.Generator, B: int, K: int, P: int) -> np.ndarray:
@@ -303,7 +324,7 @@ def _materialize(b: Batch, vocab: Vocab) -> Batch:
     """Write noise out as [NOISE] tokens at the positions the jumps leave empty."""
     B, T = b.tokens.shape
     length = b.answer_pos + 1
-    full_len = length + b.noise * (b.n_pairs - 1)
+    full_len = length + b.noise * (_shown(b.task, b.n_pairs) - 1)
     Tm = int(full_len.max())
     inside = np.arange(Tm)[None, :] < full_len[:, None]
     tokens = np.where(inside, vocab.noise, vocab.pad).astype(np.int64)
