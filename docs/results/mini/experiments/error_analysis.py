@@ -1,26 +1,34 @@
 """Where a model fails on retrieval: per number of objects, its accuracy on each hop alone (feature
-grounding color -> shape, association lookup shape -> item) and on the composed retrieval, and what its
+grounding color -> shape, association lookup shape -> item, the solo-context lookup keyed by the shape of the
+one context pair: StageSpec.solo_fraction) and on the composed retrieval, and what its
 wrong retrieval answers are (the item at the query's context index = the positional shortcut, another
 prompt item, or no item of the prompt). 400 prompts per length, 216 colors and shapes, 8 items.
 
-    python docs/results/mini/experiments/error_analysis.py MODEL_DIR [--fixed] [--max-objects 8]
+    python docs/results/mini/experiments/error_analysis.py MODEL_DIR [--fixed] [--max-objects 8] [--resume FILE]
+
+--resume reads the current weights of a running stage from its resume.safetensors (MODEL_DIR: any model
+of the same architecture, e.g. the stage's parent).
 """
 import argparse
 
 import numpy as np
 import torch
 
-from vlbind.checkpoint import load_model
-from vlbind.tasks import BY_COLOR, GROUNDING, LOOKUP, RETRIEVAL, StageSpec, generate
+from vlbind.checkpoint import load_model, load_tensors
+from vlbind.tasks import BY_COLOR, GROUNDING, LOOKUP, RETRIEVAL, SOLO, StageSpec, generate
 from vlbind.train import answer_logits
 
 ap = argparse.ArgumentParser()
 ap.add_argument("model")
 ap.add_argument("--fixed", action="store_true", help="association list in context order (text_s3)")
 ap.add_argument("--max-objects", type=int, default=8)
+ap.add_argument("--resume", help="a running stage's resume.safetensors: its current weights")
 a = ap.parse_args()
 torch.set_num_threads(1)
 model, _ = load_model(a.model)
+if a.resume:
+    tensors, _ = load_tensors(a.resume)
+    model.load_state_dict({k[len("model."):]: v for k, v in tensors.items() if k.startswith("model.")})
 model.eval()
 spec = StageSpec(n_colors=216, n_shapes=216, n_items=8, min_pairs=2, max_pairs=8, shuffle=not a.fixed)
 
@@ -31,14 +39,14 @@ def predict(n: int, task: int):
         return b, answer_logits(model, b, "cpu").argmax(-1).numpy()
 
 
-print("objects  grounding  lookup  retrieval | wrong retrieval answers: positional  other item  no item")
+print("objects  grounding  lookup  solo  retrieval | wrong retrieval answers: positional  other item  no item")
 for n in range(2, a.max_objects + 1):
-    hops = [(pred == b.target).mean() for b, pred in (predict(n, GROUNDING), predict(n, LOOKUP))]
+    hops = [(pred == b.target).mean() for b, pred in (predict(n, GROUNDING), predict(n, LOOKUP), predict(n, SOLO))]
     b, pred = predict(n, RETRIEVAL)
     rows = np.arange(len(b))
     wrong = pred != b.target
     positional = b.items[rows, b.association_order[rows, b.query_slot]]  # item listed at the query's index
     in_prompt = (pred[:, None] == b.items[:, :n]).any(1)
-    print(f"{n:7d}  {hops[0]:9.3f}  {hops[1]:6.3f}  {1 - wrong.mean():9.3f} | "
+    print(f"{n:7d}  {hops[0]:9.3f}  {hops[1]:6.3f}  {hops[2]:4.3f}  {1 - wrong.mean():9.3f} | "
           f"{(wrong & (pred == positional)).mean():31.3f}  {(wrong & in_prompt & (pred != positional)).mean():10.3f}"
           f"  {(~in_prompt).mean():7.3f}")
