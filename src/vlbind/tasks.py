@@ -95,8 +95,8 @@ class StageSpec:
     solo_fraction: float = 0.0
     # Practice prompts (hop_fraction, solo_fraction) draw their number of objects uniformly from
     # min_pairs..practice_max_pairs instead of min_pairs..max_pairs; 0: as retrieval. Under the length ramp
-    # (vlbind.train) max_pairs is the ramp's newest length, this stays put: each hop is practised on every
-    # length from the start. Not in the paper (ours, for the mini curriculum).
+    # max_pairs is the ramp's newest length and this stays put from the ramp's second length on, so each hop
+    # is practised on every length (vlbind.train.ramp_range). Not in the paper (ours, for the mini curriculum).
     practice_max_pairs: int = 0
 
     def __post_init__(self) -> None:
