@@ -18,9 +18,6 @@ CURRICULUM = {
     "one_hop_practice": StageSpec(216, 216, 8, 2, 8, symmetric_fraction=0.5, hop_fraction=0.6),
     "solo_practice": StageSpec(216, 216, 8, 2, 8, symmetric_fraction=0.5, hop_fraction=0.4, solo_fraction=0.5,
                                noise_tokens=100, noise_fraction=0.5),
-    # the ramp's spec on its 2..3 range with practice prompts over 2..8 (StageSpec.practice_max_pairs)
-    "ramped_practice": StageSpec(216, 216, 8, 2, 3, hop_fraction=0.6, solo_fraction=0.5, longest_fraction=0.5,
-                                 practice_max_pairs=8),
 }
 
 
@@ -61,10 +58,9 @@ def test_every_answer_recomputed_from_text(stage, materialize):
 def test_stage_constraints(stage):
     spec = CURRICULUM[stage]
     b = generate(spec, 500, np.random.default_rng(2))
-    assert b.n_pairs.min() >= spec.min_pairs and b.n_pairs.max() <= spec.widest
-    assert b.n_pairs[b.task == RETRIEVAL].max() <= spec.max_pairs
-    if spec.min_pairs < spec.widest:
-        assert set(np.unique(b.n_pairs)) == set(range(spec.min_pairs, spec.widest + 1))
+    assert b.n_pairs.min() >= spec.min_pairs and b.n_pairs.max() <= spec.max_pairs
+    if spec.min_pairs < spec.max_pairs:
+        assert set(np.unique(b.n_pairs)) == set(range(spec.min_pairs, spec.max_pairs + 1))
     for i in range(len(b)):
         n = b.n_pairs[i]
         shown = 1 if b.task[i] == SOLO else n
@@ -79,7 +75,7 @@ def test_stage_constraints(stage):
         if len(items):
             assert items.min() >= VOCAB.item_offset and items.max() < VOCAB.item_offset + spec.n_items
     orders = b.association_order
-    identity = np.all((orders == np.arange(spec.widest)) | (orders < 0), axis=1)
+    identity = np.all((orders == np.arange(spec.max_pairs)) | (orders < 0), axis=1)
     if spec.shuffle:
         assert not identity[b.task == RETRIEVAL].all()
     else:
@@ -165,23 +161,6 @@ def test_longest_fraction_oversamples_max_pairs_and_validation_draws_uniformly()
     assert np.allclose(np.bincount(val, minlength=6)[2:] / len(val), 0.25, atol=0.025)
 
 
-def test_practice_prompts_span_practice_max_pairs_while_retrieval_keeps_the_ramp_range():
-    from vlbind.train import TrainConfig, validation_set
-
-    spec = CURRICULUM["ramped_practice"]
-    b = generate(spec, 8000, np.random.default_rng(10))
-    practice = b.task != RETRIEVAL
-    assert abs(practice.mean() - 0.8) < 0.02  # 0.6 one-hop, half of the remaining 0.4 solo
-    share = np.bincount(b.n_pairs[practice], minlength=9)[2:] / practice.sum()
-    assert np.allclose(share, 1 / 7, atol=0.02)  # uniform over 2..8, longest_fraction does not apply
-    retrieval = np.bincount(b.n_pairs[~practice], minlength=4)[2:] / (~practice).sum()
-    assert np.allclose(retrieval, [0.25, 0.75], atol=0.03)  # 2..3, half of them drawn at 3
-    val = validation_set(spec, TrainConfig(val_size=500))
-    assert all((v.task == RETRIEVAL).all() and v.n_pairs.max() <= 3 for v in val)
-    assert np.array_equal(validation_set(spec, TrainConfig(val_size=500))[0].tokens,
-                          validation_set(StageSpec(216, 216, 8, 2, 3), TrainConfig(val_size=500))[0].tokens)
-
-
 def test_noise_is_a_position_jump_of_100_between_consecutive_pairs():
     spec = StageSpec(216, 216, 32, 2, 8, noise_tokens=100, noise_fraction=1.0)
     b = generate(spec, 50, np.random.default_rng(6))
@@ -210,9 +189,7 @@ def test_same_seed_same_batch():
 
 
 @pytest.mark.parametrize("bad, key", [({"n_colors": 300}, "n_colors"), ({"min_pairs": 5, "max_pairs": 3}, "min_pairs"),
-                                      ({"n_items": 4}, "n_items"), ({"noise_fraction": 2.0}, "noise_fraction"),
-                                      ({"practice_max_pairs": 1}, "practice_max_pairs"),
-                                      ({"n_items": 8, "practice_max_pairs": 9}, "n_items")])
+                                      ({"n_items": 4}, "n_items"), ({"noise_fraction": 2.0}, "noise_fraction")])
 def test_bad_spec_names_the_key(bad, key):
     with pytest.raises(ValueError, match=key):
         StageSpec(**{**dict(n_colors=216, n_shapes=216, n_items=32, min_pairs=2, max_pairs=8), **bad})

@@ -139,30 +139,6 @@ def test_length_ramp_adds_one_object_per_passed_validation(tmp_path, monkeypatch
     assert pd.read_parquet(tmp_path / "metrics.parquet")["max_pairs"].tolist() == [2, 3, 4, 5]
 
 
-def test_practice_prompts_follow_the_ramp_on_its_first_length_then_span_their_own_range(tmp_path, monkeypatch):
-    import dataclasses
-
-    import vlbind.train
-
-    spans = []  # per training batch: (longest retrieval prompt, longest practice prompt)
-
-    def recording(spec, batch_size, rng, **kw):
-        batch = generate(spec, batch_size, rng, **kw)
-        if batch_size == 64:  # a training batch (validation batches hold val_size = 16)
-            practice = batch.task != RETRIEVAL
-            spans.append((int(batch.n_pairs[~practice].max()), int(batch.n_pairs[practice].max())))
-        return batch
-
-    monkeypatch.setattr(vlbind.train, "generate", recording)
-    spec = dataclasses.replace(RAMP_SPEC, max_pairs=3, hop_fraction=0.5, practice_max_pairs=8)
-    cfg = TrainConfig(**{**RAMP_CFG.__dict__, "batch_size": 64, "target_accuracy": 0.0})
-    train_stage(fresh(), spec, cfg, tmp_path, stage="text_s4")
-    e = cfg.eval_every
-    assert len(spans) == 2 * e  # 2 objects until the first validation, then 2..3 until the target
-    assert set(spans[:e]) == {(2, 2)}  # the first length: practice stays on it
-    assert {r for r, _ in spans[e:]} == {3} and max(p for _, p in spans[e:]) == 8  # then 2..8 for practice
-
-
 def test_length_ramp_waits_for_its_target(tmp_path):
     cfg = TrainConfig(**{**RAMP_CFG.__dict__, "ramp_target": 1.0, "target_accuracy": 0.0})
     meta = train_stage(fresh(), RAMP_SPEC, cfg, tmp_path, stage="text_s3")

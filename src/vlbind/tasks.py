@@ -93,11 +93,6 @@ class StageSpec:
     # context, the step from one-hop practice to retrieval. Not in the paper (ours, for the mini
     # curriculum); validation sets leave these prompts out. Text contexts only.
     solo_fraction: float = 0.0
-    # Practice prompts (hop_fraction, solo_fraction) draw their number of objects uniformly from
-    # min_pairs..practice_max_pairs instead of min_pairs..max_pairs; 0: as retrieval. Under the length ramp
-    # max_pairs is the ramp's newest length and this stays put from the ramp's second length on, so each hop
-    # is practised on every length (vlbind.train.ramp_range). Not in the paper (ours, for the mini curriculum).
-    practice_max_pairs: int = 0
 
     def __post_init__(self) -> None:
         limits = {"n_colors": VOCAB.n_colors, "n_shapes": VOCAB.n_shapes, "n_items": VOCAB.n_items}
@@ -107,14 +102,10 @@ class StageSpec:
                 raise ValueError(f"StageSpec.{key}={value} must lie in 1..{hi}")
         if not 1 <= self.min_pairs <= self.max_pairs:
             raise ValueError(f"StageSpec needs 1 <= min_pairs <= max_pairs, got {self.min_pairs}, {self.max_pairs}")
-        if self.practice_max_pairs and self.practice_max_pairs < self.min_pairs:
-            raise ValueError(f"StageSpec.practice_max_pairs={self.practice_max_pairs} must be 0 (off) or >= "
-                             f"min_pairs={self.min_pairs}")
         for key in ("n_colors", "n_shapes", "n_items"):
-            if getattr(self, key) < self.widest:
-                raise ValueError(f"StageSpec.{key}={getattr(self, key)} is smaller than the {self.widest} objects a "
-                                 "prompt may have (max_pairs, practice_max_pairs): objects in a prompt need "
-                                 "distinct tokens")
+            if getattr(self, key) < self.max_pairs:
+                raise ValueError(f"StageSpec.{key}={getattr(self, key)} is smaller than max_pairs={self.max_pairs}: "
+                                 "objects in a prompt need distinct tokens")
         for key in ("grounding_fraction", "symmetric_fraction", "noise_fraction", "image_fraction", "hop_fraction",
                     "longest_fraction", "solo_fraction"):
             if not 0.0 <= getattr(self, key) <= 1.0:
@@ -123,11 +114,6 @@ class StageSpec:
             raise ValueError("StageSpec.solo_fraction > 0 needs image_fraction 0: solo-context prompts are text only")
         if self.noise_tokens < 0:
             raise ValueError(f"StageSpec.noise_tokens={self.noise_tokens} must be >= 0")
-
-    @property
-    def widest(self) -> int:
-        """The most objects a training prompt of this spec may have."""
-        return max(self.max_pairs, self.practice_max_pairs)
 
     @classmethod
     def from_dict(cls, d: dict) -> StageSpec:
@@ -181,7 +167,7 @@ def generate(spec: StageSpec, batch_size: int, rng: np.random.Generator, *, n_pa
     decides the prompt's colors and shapes); association list and query stay text. Image contexts carry
     no noise.
     """
-    B, P = batch_size, spec.widest if n_pairs is None else n_pairs
+    B, P = batch_size, spec.max_pairs if n_pairs is None else n_pairs
     if n_pairs is None:
         n = rng.integers(spec.min_pairs, spec.max_pairs + 1, size=B)
         if spec.longest_fraction > 0:  # draws nothing otherwise: other stages keep their stream
@@ -194,25 +180,20 @@ def generate(spec: StageSpec, batch_size: int, rng: np.random.Generator, *, n_pa
     color_idx = _distinct(rng, B, spec.n_colors, P)
     shape_idx = _distinct(rng, B, spec.n_shapes, P)
     items = vocab.item_offset + _distinct(rng, B, spec.n_items, P)
-    shuffle_keys = rng.random((B, P)) if spec.shuffle else None  # drawn before the task, used once n is final
-    query_u = rng.random(B)
-    task_ = _choice(rng, B, spec.grounding_fraction, task, GROUNDING, RETRIEVAL)
-    practice = np.zeros(B, dtype=bool)
-    if task is None and spec.hop_fraction > 0:  # draws nothing otherwise: other stages keep their stream
-        practice = rng.random(B) < spec.hop_fraction
-        task_ = np.where(practice, np.where(rng.random(B) < 0.5, GROUNDING, LOOKUP), task_)
-    if task is None and spec.solo_fraction > 0:  # draws nothing otherwise
-        solo = (task_ == RETRIEVAL) & (rng.random(B) < spec.solo_fraction)
-        task_, practice = np.where(solo, SOLO, task_), practice | solo
-    if n_pairs is None and spec.practice_max_pairs:  # draws nothing otherwise
-        n = np.where(practice, rng.integers(spec.min_pairs, spec.practice_max_pairs + 1, size=B), n)
     valid = np.arange(P)[None, :] < n[:, None]
     if spec.shuffle:
-        order = np.argsort(np.where(valid, shuffle_keys, 2.0), axis=1, kind="stable")
+        keys = np.where(valid, rng.random((B, P)), 2.0)
+        order = np.argsort(keys, axis=1, kind="stable")
     else:
         order = np.broadcast_to(np.arange(P), (B, P)).copy()
     order[~valid] = -1
-    query_slot = (query_u * n).astype(np.int64)
+    query_slot = (rng.random(B) * n).astype(np.int64)
+    task_ = _choice(rng, B, spec.grounding_fraction, task, GROUNDING, RETRIEVAL)
+    if task is None and spec.hop_fraction > 0:  # draws nothing otherwise: other stages keep their stream
+        hop = rng.random(B) < spec.hop_fraction
+        task_ = np.where(hop, np.where(rng.random(B) < 0.5, GROUNDING, LOOKUP), task_)
+    if task is None and spec.solo_fraction > 0:  # draws nothing otherwise
+        task_ = np.where((task_ == RETRIEVAL) & (rng.random(B) < spec.solo_fraction), SOLO, task_)
     by = _choice(rng, B, spec.symmetric_fraction, query_by, BY_SHAPE, BY_COLOR)
     noisy = rng.random(B) < spec.noise_fraction if noise is None else np.full(B, bool(noise))
     if modality is None and spec.image_fraction == 0:

@@ -14,8 +14,7 @@ objects and lets the longest prompt grow by one object each time validation accu
 reaches `ramp_target`, until the stage's `max_pairs`. Validation always uses the current range; the stop
 rules above judge the full range only (a plateau before it stops the stage there), and `max_steps` caps
 the whole stage. A small model on CPU gets through 2..8 objects this way where "all lengths at once" sits
-at chance (docs/results/mini/). Practice prompts (StageSpec.practice_max_pairs) keep their own range once the
-ramp has left its first length; on that first length they stay there too (`ramp_range`).
+at chance (docs/results/mini/).
 
 Learning-rate decay on a stall (`lr_decay`, off by default; not in the paper, whose rate is constant after
 warm-up): after `lr_patience` validations without a new best, the rate is multiplied by `lr_decay`, never
@@ -157,20 +156,11 @@ def accuracy(model: Transformer, batches: Iterable[Batch], device, precision: st
 def validation_set(spec: StageSpec, cfg: TrainConfig, chunk: int = 256, bank: ImageBank | None = None) -> list[Batch]:
     """A fixed validation set, drawn from its own RNG stream so it never overlaps the training stream's state.
     Practice prompts and the extra share of longest prompts (StageSpec.hop_fraction, solo_fraction,
-    practice_max_pairs, longest_fraction) shape training only: validation leaves them out and judges retrieval
-    on lengths drawn uniformly."""
-    spec = replace(spec, hop_fraction=0.0, solo_fraction=0.0, longest_fraction=0.0, practice_max_pairs=0)
+    longest_fraction) shape training only: validation leaves them out and judges retrieval on lengths drawn
+    uniformly."""
+    spec = replace(spec, hop_fraction=0.0, solo_fraction=0.0, longest_fraction=0.0)
     rng = np.random.default_rng([cfg.seed, 0xA11D])
     return [generate(spec, s, rng, bank=bank) for s in batch_sizes(cfg.val_size, chunk)]
-
-
-def ramp_range(spec: StageSpec, longest: int) -> StageSpec:
-    """The prompts of a ramped stage whose longest retrieval prompt has `longest` objects. Practice prompts
-    span `practice_max_pairs` from the ramp's second length on; on its first they stay on it: with practice
-    spread over 2..8 from the start, mini's text_s4 sat at chance on two objects for 20k steps in both seeds,
-    where practice on two objects had left chance after 8-15k (docs/results/mini/)."""
-    practice = spec.practice_max_pairs if longest > spec.min_pairs else 0
-    return replace(spec, max_pairs=longest, practice_max_pairs=practice)
 
 
 def fingerprint(*parts) -> str:
@@ -207,7 +197,7 @@ def train_stage(model: Transformer, spec: StageSpec, cfg: TrainConfig, out_dir: 
         lr_scale, decayed_at = progress.get("lr_scale", 1.0), progress.get("decayed_at", 0)
         rng.bit_generator.state = progress["rng_state"]
         log.info("resumed %s from step %d (best val acc %.4f)", stage, step, best_acc)
-    current = spec if cfg.ramp_target is None else ramp_range(spec, longest)
+    current = replace(spec, max_pairs=longest)
     val = validation_set(current, cfg, bank=bank)
 
     t0, t_last, step_last, losses, reason = time.time(), time.time(), step, [], "max_steps"
@@ -248,7 +238,7 @@ def train_stage(model: Transformer, spec: StageSpec, cfg: TrainConfig, out_dir: 
         if longest < spec.max_pairs:
             if acc >= cfg.ramp_target:
                 longest += 1
-                current = ramp_range(spec, longest)
+                current = replace(spec, max_pairs=longest)
                 val = validation_set(current, cfg, bank=bank)
                 best_acc, best_step = -1.0, step  # from here on the best is judged on the longer range
                 lr_scale, decayed_at = 1.0, step  # a new length is learnt at the full rate
