@@ -12,7 +12,7 @@ from vlbind.checkpoint import load_model
 from vlbind.evaluate import EVAL_SPEC, EvalConfig, evaluate, ood_average
 from vlbind.model import ModelConfig, Transformer
 from vlbind.tasks import BY_COLOR, RETRIEVAL, StageSpec, generate
-from vlbind.train import RESUME_FILE, TrainConfig, lr_at, train_stage
+from vlbind.train import RESUME_FILE, TrainConfig, lr_at, resume_weights, train_stage
 
 TINY = ModelConfig(n_layers=2, d_model=32, d_ff=64, n_heads=2, vocab_size=480)
 SPEC = StageSpec(8, 8, 8, 2, 3, shuffle=True)
@@ -64,6 +64,23 @@ def test_resume_after_kill_reaches_the_uninterrupted_weights(tmp_path, spec, cfg
     b = pd.read_parquet(tmp_path / "run" / "metrics.parquet")
     pd.testing.assert_series_equal(a["val_accuracy"], b["val_accuracy"])
     pd.testing.assert_series_equal(a["train_loss"], b["train_loss"])
+
+
+def test_resume_weights_are_the_running_models_at_its_last_save(tmp_path):
+    run, seen = fresh(), {}
+
+    def die(step):
+        seen[step] = weights(run)  # after the step's update, before its save (checkpoint_every 3)
+        if step == 8:
+            raise Kill
+
+    with pytest.raises(Kill):
+        train_stage(run, SPEC, CFG, tmp_path / "run", stage="text_s1", callback=die)
+    saved = resume_weights(tmp_path / "run" / RESUME_FILE)
+    assert saved.keys() == seen[6].keys()
+    for k, v in seen[6].items():
+        assert torch.equal(saved[k], v), k
+    assert any(not torch.equal(saved[k], v) for k, v in seen[8].items())
 
 
 def test_resume_state_from_other_settings_is_ignored(tmp_path):

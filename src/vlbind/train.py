@@ -291,6 +291,16 @@ def _save_resume(path, key, model, opt, progress: dict, best_state: dict) -> Non
     save_tensors(path, tensors, {**progress, "key": key, "param_groups": groups})
 
 
+def _prefixed(tensors: dict[str, torch.Tensor], prefix: str) -> dict[str, torch.Tensor]:
+    return {k[len(prefix):]: v for k, v in tensors.items() if k.startswith(prefix)}
+
+
+def resume_weights(path: str | Path) -> dict[str, torch.Tensor]:
+    """The current weights in a running (or killed) stage's resume state, `model.load_state_dict`-ready:
+    to look at a stage while it trains."""
+    return _prefixed(load_tensors(path)[0], "model.")
+
+
 def _load_resume(path: Path, key: str, model, opt) -> tuple[dict, dict] | None:
     """(progress, best weights) of a saved state made with the same settings, loading model and optimizer."""
     if not path.is_file():
@@ -299,10 +309,9 @@ def _load_resume(path: Path, key: str, model, opt) -> tuple[dict, dict] | None:
     if meta.get("key") != key:
         log.warning("ignoring %s: it was saved with other settings or starting weights", path)
         return None
-    pick = lambda prefix: {k[len(prefix):]: v for k, v in tensors.items() if k.startswith(prefix)}
-    model.load_state_dict(pick("model."))
+    model.load_state_dict(_prefixed(tensors, "model."))
     load_optimizer_tensors(opt, {k: v for k, v in tensors.items() if k.startswith("optim.")}, meta["param_groups"])
-    return meta, pick("best.")
+    return meta, _prefixed(tensors, "best.")
 
 
 def _eta(seconds: float) -> str:

@@ -14,9 +14,9 @@ import argparse
 import numpy as np
 import torch
 
-from vlbind.checkpoint import load_model, load_tensors
+from vlbind.checkpoint import load_model
 from vlbind.tasks import BY_COLOR, GROUNDING, LOOKUP, RETRIEVAL, SOLO, StageSpec, generate
-from vlbind.train import answer_logits
+from vlbind.train import answer_logits, resume_weights
 
 ap = argparse.ArgumentParser()
 ap.add_argument("model")
@@ -27,8 +27,7 @@ a = ap.parse_args()
 torch.set_num_threads(1)
 model, _ = load_model(a.model)
 if a.resume:
-    tensors, _ = load_tensors(a.resume)
-    model.load_state_dict({k[len("model."):]: v for k, v in tensors.items() if k.startswith("model.")})
+    model.load_state_dict(resume_weights(a.resume))
 model.eval()
 spec = StageSpec(n_colors=216, n_shapes=216, n_items=8, min_pairs=2, max_pairs=8, shuffle=not a.fixed)
 
