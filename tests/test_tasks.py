@@ -18,6 +18,8 @@ CURRICULUM = {
     "one_hop_practice": StageSpec(216, 216, 8, 2, 8, symmetric_fraction=0.5, hop_fraction=0.6),
     "solo_practice": StageSpec(216, 216, 8, 2, 8, symmetric_fraction=0.5, hop_fraction=0.4, solo_fraction=0.5,
                                noise_tokens=100, noise_fraction=0.5),
+    "position_jumps": StageSpec(216, 216, 8, 2, 8, grounding_fraction=0.3, symmetric_fraction=0.5, hop_fraction=0.3,
+                                solo_fraction=0.3, noise_tokens=100, noise_fraction=0.5, jump_max=8),
 }
 
 
@@ -174,6 +176,33 @@ def test_noise_is_a_position_jump_of_100_between_consecutive_pairs():
         assert np.array_equal(m.tokens[i, real], b.tokens[i, :L])
         ctx = b.positions[i, : 2 * n]
         assert np.array_equal(np.diff(ctx)[1::2], np.full(n - 1, 101))  # shape -> next color skips 100
+
+
+def test_position_jumps_move_the_list_and_the_query_block_only():
+    from dataclasses import replace
+
+    from vlbind.train import TrainConfig, validation_set
+
+    spec = StageSpec(216, 216, 8, 2, 8, grounding_fraction=0.3, jump_max=8)
+    plain = generate(replace(spec, jump_max=0), 300, np.random.default_rng(10))
+    b = generate(spec, 300, np.random.default_rng(10))  # jumps are drawn last: the same prompts
+    for key in ("tokens", "roles", "target", "answer_pos"):
+        assert np.array_equal(getattr(b, key), getattr(plain, key)), key
+    shift = b.positions - plain.positions
+    seen = set()
+    for i in range(len(b)):
+        roles, d = b.roles[i, : b.answer_pos[i] + 1], shift[i, : b.answer_pos[i] + 1]
+        in_list = np.isin(roles, [Role.ASSOCIATION_KEY, Role.ASSOCIATION_ITEM, Role.SEP])
+        in_query = np.isin(roles, [Role.QUESTION, Role.QUERY, Role.ANSWER])
+        assert (d[~in_list & ~in_query] == 0).all()  # context and [CONTEXTEND] stay
+        assert len(set(d[in_query])) == 1 and 0 <= d[in_query][0] <= 16
+        if in_list.any():  # a grounding prompt has no list: both jumps lie before [QUESTION]
+            before_list = d[in_list][0]
+            assert (d[in_list] == before_list).all() and before_list <= d[in_query][0] <= before_list + 8
+            seen.add((int(before_list), int(d[in_query][0] - before_list)))
+    assert {a for a, _ in seen} == set(range(9)) and {q for _, q in seen} == set(range(9))
+    val = validation_set(spec, TrainConfig(val_size=256))[0]
+    assert np.array_equal(val.positions, np.broadcast_to(np.arange(val.positions.shape[1]), val.positions.shape))
 
 
 def test_noise_fraction_is_respected():

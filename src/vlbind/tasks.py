@@ -93,6 +93,11 @@ class StageSpec:
     # context, the step from one-hop practice to retrieval. Not in the paper (ours, for the mini
     # curriculum); validation sets leave these prompts out. Text contexts only.
     solo_fraction: float = 0.0
+    # Largest random position jump (uniform 0..jump_max, drawn per prompt) before the association list and,
+    # a second one, before [QUESTION]: unattendable gaps as noise leaves them, so the query's distance to the
+    # context varies and only a lookup by content finds the queried object. Not in the paper (ours, for the
+    # mini curriculum; docs/results/mini/); validation sets leave it out.
+    jump_max: int = 0
 
     def __post_init__(self) -> None:
         limits = {"n_colors": VOCAB.n_colors, "n_shapes": VOCAB.n_shapes, "n_items": VOCAB.n_items}
@@ -112,8 +117,9 @@ class StageSpec:
                 raise ValueError(f"StageSpec.{key}={getattr(self, key)} must lie in [0, 1]")
         if self.solo_fraction > 0 and self.image_fraction > 0:
             raise ValueError("StageSpec.solo_fraction > 0 needs image_fraction 0: solo-context prompts are text only")
-        if self.noise_tokens < 0:
-            raise ValueError(f"StageSpec.noise_tokens={self.noise_tokens} must be >= 0")
+        for key in ("noise_tokens", "jump_max"):
+            if getattr(self, key) < 0:
+                raise ValueError(f"StageSpec.{key}={getattr(self, key)} must be >= 0")
 
     @classmethod
     def from_dict(cls, d: dict) -> StageSpec:
@@ -217,16 +223,19 @@ def generate(spec: StageSpec, batch_size: int, rng: np.random.Generator, *, n_pa
     colors = np.where(valid, vocab.color_offset + color_idx, -1)
     shapes = np.where(valid, vocab.shape_offset + shape_idx, -1)
     items[~valid] = -1
-    batch = assemble(n, colors, shapes, items, order, query_slot, task_, by, gap, modal, picture, bank, vocab)
+    jumps = rng.integers(0, spec.jump_max + 1, size=(B, 2)) if spec.jump_max > 0 else None  # drawn last
+    batch = assemble(n, colors, shapes, items, order, query_slot, task_, by, gap, modal, picture, bank, vocab,
+                     jumps)
     return _materialize(batch, vocab) if materialize_noise else batch
 
 
 def assemble(n, colors, shapes, items, order, query_slot, task, query_by, gap, modality=None, picture=None,
-             bank: ImageBank | None = None, vocab: Vocab = VOCAB) -> Batch:
+             bank: ImageBank | None = None, vocab: Vocab = VOCAB, jumps=None) -> Batch:
     """Lay out prompts from their bindings (the inverse of reading a Batch's binding fields).
 
     colors / shapes / items: (B, P) token ids per slot, -1 beyond n; order: (B, P) slot of each association
-    entry; gap: noise positions between context pairs. Image contexts (modality IMAGE) need `picture`,
+    entry; gap: noise positions between context pairs; jumps: (B, 2) positions skipped before the association
+    list and before [QUESTION] (StageSpec.jump_max), or None. Image contexts (modality IMAGE) need `picture`,
     the bank row per slot (per_object) or per prompt in column 0 (canvas). `generate` samples the
     bindings; analyses call this directly to build counterfactual prompts.
     """
@@ -292,6 +301,8 @@ def assemble(n, colors, shapes, items, order, query_slot, task, query_by, gap, m
 
     t = np.arange(T)[None, :]
     positions = t + gap[:, None] * np.minimum(t // 2, shown[:, None] - 1)
+    if jumps is not None:  # a grounding prompt (no list) gets both before [QUESTION]
+        positions = positions + jumps[:, :1] * (t > ctx[:, None]) + jumps[:, 1:] * (t >= answer_pos[:, None] - 2)
     batch = Batch(tokens, positions, roles, slots, answer_pos, target, n, colors, shapes, items, order,
                   q, task_, by, gap, modality, image_ids, patches)
     return batch
@@ -321,10 +332,10 @@ def _choice(rng, B, fraction, fixed, yes, no) -> np.ndarray:
 
 
 def _materialize(b: Batch, vocab: Vocab) -> Batch:
-    """Write noise out as [NOISE] tokens at the positions the jumps leave empty."""
+    """Write noise out as [NOISE] tokens at the positions the jumps (noise, jump_max) leave empty."""
     B, T = b.tokens.shape
     length = b.answer_pos + 1
-    full_len = length + b.noise * (_shown(b.task, b.n_pairs) - 1)
+    full_len = b.positions[np.arange(B), b.answer_pos] + 1  # noise gaps and jumps included
     Tm = int(full_len.max())
     inside = np.arange(Tm)[None, :] < full_len[:, None]
     tokens = np.where(inside, vocab.noise, vocab.pad).astype(np.int64)

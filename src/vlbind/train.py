@@ -155,10 +155,10 @@ def accuracy(model: Transformer, batches: Iterable[Batch], device, precision: st
 
 def validation_set(spec: StageSpec, cfg: TrainConfig, chunk: int = 256, bank: ImageBank | None = None) -> list[Batch]:
     """A fixed validation set, drawn from its own RNG stream so it never overlaps the training stream's state.
-    Practice prompts and the extra share of longest prompts (StageSpec.hop_fraction, solo_fraction,
-    longest_fraction) shape training only: validation leaves them out and judges retrieval on lengths drawn
-    uniformly."""
-    spec = replace(spec, hop_fraction=0.0, solo_fraction=0.0, longest_fraction=0.0)
+    Practice prompts, the extra share of longest prompts and position jumps (StageSpec.hop_fraction,
+    solo_fraction, longest_fraction, jump_max) shape training only: validation leaves them out and judges
+    retrieval on lengths drawn uniformly."""
+    spec = replace(spec, hop_fraction=0.0, solo_fraction=0.0, longest_fraction=0.0, jump_max=0)
     rng = np.random.default_rng([cfg.seed, 0xA11D])
     return [generate(spec, s, rng, bank=bank) for s in batch_sizes(cfg.val_size, chunk)]
 
