@@ -9,26 +9,17 @@ prompt item, or no item of the prompt). 400 prompts per length, 216 colors and s
 --resume reads the current weights of a running stage from its resume.safetensors (MODEL_DIR: any model
 of the same architecture, e.g. the stage's parent).
 """
-import argparse
-
+import _model_args
 import numpy as np
 import torch
 
-from vlbind.checkpoint import load_model
 from vlbind.tasks import BY_COLOR, GROUNDING, LOOKUP, RETRIEVAL, SOLO, StageSpec, generate
-from vlbind.train import answer_logits, resume_weights
+from vlbind.train import answer_logits
 
-ap = argparse.ArgumentParser()
-ap.add_argument("model")
-ap.add_argument("--fixed", action="store_true", help="association list in context order (text_s3)")
+ap = _model_args.parser(__doc__)
 ap.add_argument("--max-objects", type=int, default=8)
-ap.add_argument("--resume", help="a running stage's resume.safetensors: its current weights")
 a = ap.parse_args()
-torch.set_num_threads(1)
-model, _ = load_model(a.model)
-if a.resume:
-    model.load_state_dict(resume_weights(a.resume))
-model.eval()
+model = _model_args.load(a)
 spec = StageSpec(n_colors=216, n_shapes=216, n_items=8, min_pairs=2, max_pairs=8, shuffle=not a.fixed)
 
 

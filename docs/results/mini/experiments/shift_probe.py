@@ -10,26 +10,16 @@ and shapes, 8 items, queried by color.
 --fixed: association list in context order (stages 1-3); --resume reads the current weights of a running
 stage (MODEL_DIR: any model of the same architecture).
 """
-import argparse
-
+import _model_args
 import numpy as np
 import torch
 
-from vlbind.checkpoint import load_model
 from vlbind.tasks import BY_COLOR, GROUNDING, RETRIEVAL, Role, StageSpec, generate
-from vlbind.train import answer_logits, resume_weights
+from vlbind.train import answer_logits
 
 SHIFTS = (0, 1, 2, 3, 6, 12, 30)
-ap = argparse.ArgumentParser()
-ap.add_argument("model")
-ap.add_argument("--fixed", action="store_true", help="association list in context order (stages 1-3)")
-ap.add_argument("--resume", help="a running stage's resume.safetensors: its current weights")
-a = ap.parse_args()
-torch.set_num_threads(1)
-model, _ = load_model(a.model)
-if a.resume:
-    model.load_state_dict(resume_weights(a.resume))
-model.eval()
+a = _model_args.parser(__doc__).parse_args()
+model = _model_args.load(a)
 spec = StageSpec(n_colors=216, n_shapes=216, n_items=8, shuffle=not a.fixed)
 
 print("task       objects  " + " ".join(f"k={k:<3d}" for k in SHIFTS))

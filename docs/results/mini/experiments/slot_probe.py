@@ -8,25 +8,16 @@ e.g. `... results/models/seed1/text_s3 --max-objects 3 --fixed`. --resume reads 
 running stage (MODEL_DIR: any model of the same architecture, e.g. the stage's parent). Prints accuracy per
 role (rows) and layer (columns, 0 = embeddings) and the chance level (the majority slot).
 """
-import argparse
 import dataclasses
 
-import torch
+import _model_args
 
-from vlbind.checkpoint import load_model
 from vlbind.interp import knockout, probes
-from vlbind.train import resume_weights
 
-ap = argparse.ArgumentParser()
-ap.add_argument("model")
+ap = _model_args.parser(__doc__)
 ap.add_argument("--max-objects", type=int, default=8)
-ap.add_argument("--fixed", action="store_true", help="association list in context order (stages 1-3)")
-ap.add_argument("--resume", help="a running stage's resume.safetensors: its current weights")
 a = ap.parse_args()
-torch.set_num_threads(1)
-model, _ = load_model(a.model)
-if a.resume:
-    model.load_state_dict(resume_weights(a.resume))
+model = _model_args.load(a)
 spec = dataclasses.replace(knockout.ANALYSIS_SPEC, max_pairs=a.max_objects, shuffle=not a.fixed)
 cfg = probes.ProbeConfig(seed=13)  # config.yaml's analyses.probes seed: the DAG's probe prompts at 2..8
 probes.analysis_prompts = lambda n, seed: knockout.analysis_prompts(n, seed, spec=spec)
