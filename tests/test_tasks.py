@@ -205,6 +205,20 @@ def test_position_jumps_move_the_list_and_the_query_block_only():
     assert np.array_equal(val.positions, np.broadcast_to(np.arange(val.positions.shape[1]), val.positions.shape))
 
 
+def test_jump_fraction_moves_that_share_of_the_prompts_as_full_jumps_would():
+    from dataclasses import replace
+
+    spec = StageSpec(216, 216, 8, 2, 8, jump_max=8, jump_fraction=0.3)
+    plain = generate(replace(spec, jump_max=0), 4000, np.random.default_rng(11))
+    every = generate(replace(spec, jump_fraction=1.0), 4000, np.random.default_rng(11))
+    b = generate(spec, 4000, np.random.default_rng(11))
+    assert np.array_equal(b.tokens, plain.tokens)
+    moved = (b.positions != plain.positions).any(axis=1)
+    assert np.array_equal(b.positions[moved], every.positions[moved])  # the same jumps, on a share of prompts
+    assert np.array_equal(b.positions[~moved], plain.positions[~moved])
+    assert abs(moved.mean() - 0.3 * 80 / 81) < 0.025  # a jumped prompt stays put when both jumps are 0
+
+
 def test_noise_fraction_is_respected():
     spec = StageSpec(216, 216, 32, 2, 8, noise_tokens=100, noise_fraction=0.5)
     b = generate(spec, 4000, np.random.default_rng(7))

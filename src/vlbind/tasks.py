@@ -98,6 +98,8 @@ class StageSpec:
     # context varies and only a lookup by content finds the queried object. Not in the paper (ours, for the
     # mini curriculum; docs/results/mini/); validation sets leave it out.
     jump_max: int = 0
+    # Share of the prompts that get those jumps; the others keep their positions (ours, as jump_max).
+    jump_fraction: float = 1.0
 
     def __post_init__(self) -> None:
         limits = {"n_colors": VOCAB.n_colors, "n_shapes": VOCAB.n_shapes, "n_items": VOCAB.n_items}
@@ -112,7 +114,7 @@ class StageSpec:
                 raise ValueError(f"StageSpec.{key}={getattr(self, key)} is smaller than max_pairs={self.max_pairs}: "
                                  "objects in a prompt need distinct tokens")
         for key in ("grounding_fraction", "symmetric_fraction", "noise_fraction", "image_fraction", "hop_fraction",
-                    "longest_fraction", "solo_fraction"):
+                    "longest_fraction", "solo_fraction", "jump_fraction"):
             if not 0.0 <= getattr(self, key) <= 1.0:
                 raise ValueError(f"StageSpec.{key}={getattr(self, key)} must lie in [0, 1]")
         if self.solo_fraction > 0 and self.image_fraction > 0:
@@ -223,7 +225,11 @@ def generate(spec: StageSpec, batch_size: int, rng: np.random.Generator, *, n_pa
     colors = np.where(valid, vocab.color_offset + color_idx, -1)
     shapes = np.where(valid, vocab.shape_offset + shape_idx, -1)
     items[~valid] = -1
-    jumps = rng.integers(0, spec.jump_max + 1, size=(B, 2)) if spec.jump_max > 0 else None  # drawn last
+    jumps = None
+    if spec.jump_max > 0:  # drawn last: a spec with jumps gives the same prompts as one without, only moved
+        jumps = rng.integers(0, spec.jump_max + 1, size=(B, 2))
+        if spec.jump_fraction < 1:  # draws nothing otherwise
+            jumps *= rng.random((B, 1)) < spec.jump_fraction
     batch = assemble(n, colors, shapes, items, order, query_slot, task_, by, gap, modal, picture, bank, vocab,
                      jumps)
     return _materialize(batch, vocab) if materialize_noise else batch
