@@ -98,7 +98,7 @@ class StageSpec:
     # context varies and only a lookup by content finds the queried object. Not in the paper (ours, for the
     # mini curriculum; docs/results/mini/); validation sets leave it out.
     jump_max: int = 0
-    # Share of the prompts that get those jumps; the others keep their positions (ours, as jump_max).
+    # Share of the training prompts that get those jumps; the others keep their positions (ours, as jump_max).
     jump_fraction: float = 1.0
 
     def __post_init__(self) -> None:
