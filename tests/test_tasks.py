@@ -1,5 +1,7 @@
 """Task generators: every answer recomputed from the prompt text; stage constraints; noise layout."""
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
@@ -179,8 +181,6 @@ def test_noise_is_a_position_jump_of_100_between_consecutive_pairs():
 
 
 def test_position_jumps_move_the_list_and_the_query_block_only():
-    from dataclasses import replace
-
     from vlbind.train import TrainConfig, validation_set
 
     spec = StageSpec(216, 216, 8, 2, 8, grounding_fraction=0.3, jump_max=8)
@@ -206,8 +206,6 @@ def test_position_jumps_move_the_list_and_the_query_block_only():
 
 
 def test_jump_fraction_moves_that_share_of_the_prompts_as_full_jumps_would():
-    from dataclasses import replace
-
     spec = StageSpec(216, 216, 8, 2, 8, jump_max=8, jump_fraction=0.3)
     plain = generate(replace(spec, jump_max=0), 4000, np.random.default_rng(11))
     every = generate(replace(spec, jump_fraction=1.0), 4000, np.random.default_rng(11))
