@@ -2,7 +2,8 @@
 grounding color -> shape, association lookup shape -> item, the solo-context lookup keyed by the shape of the
 one context pair: StageSpec.solo_fraction) and on the composed retrieval, and what its
 wrong retrieval answers are (the item at the query's context index = the positional shortcut, another
-prompt item, or no item of the prompt). 400 prompts per length, 216 colors and shapes, 8 items.
+prompt item, or no item of the prompt), then retrieval accuracy by the queried object's context slot.
+400 prompts per length, 216 colors and shapes, 8 items.
 
     python docs/results/mini/experiments/error_analysis.py MODEL_DIR [--fixed] [--max-objects 8] [--resume FILE]
 
@@ -40,3 +41,8 @@ for n in range(2, a.max_objects + 1):
     print(f"{n:7d}  {hops[0]:9.3f}  {hops[1]:6.3f}  {hops[2]:4.3f}  {1 - wrong.mean():9.3f} | "
           f"{(wrong & (pred == positional)).mean():31.3f}  {(wrong & in_prompt & (pred != positional)).mean():10.3f}"
           f"  {(~in_prompt).mean():7.3f}")
+
+print("\nretrieval accuracy by the queried object's context slot (0 = first pair)")
+for n in range(2, a.max_objects + 1):
+    b, pred = predict(n, RETRIEVAL)
+    print(f"{n:7d}  " + " ".join(f"{(pred == b.target)[b.query_slot == s].mean():.2f}" for s in range(n)))
