@@ -31,6 +31,7 @@ def predict(n: int, task: int):
 
 
 print("objects  grounding  lookup  solo  retrieval | wrong retrieval answers: positional  other item  no item")
+by_slot = []
 for n in range(2, a.max_objects + 1):
     hops = [(pred == b.target).mean() for b, pred in (predict(n, GROUNDING), predict(n, LOOKUP), predict(n, SOLO))]
     b, pred = predict(n, RETRIEVAL)
@@ -41,8 +42,7 @@ for n in range(2, a.max_objects + 1):
     print(f"{n:7d}  {hops[0]:9.3f}  {hops[1]:6.3f}  {hops[2]:4.3f}  {1 - wrong.mean():9.3f} | "
           f"{(wrong & (pred == positional)).mean():31.3f}  {(wrong & in_prompt & (pred != positional)).mean():10.3f}"
           f"  {(~in_prompt).mean():7.3f}")
+    by_slot.append(f"{n:7d}  " + " ".join(f"{(~wrong)[b.query_slot == s].mean():.2f}" for s in range(n)))
 
 print("\nretrieval accuracy by the queried object's context slot (0 = first pair)")
-for n in range(2, a.max_objects + 1):
-    b, pred = predict(n, RETRIEVAL)
-    print(f"{n:7d}  " + " ".join(f"{(pred == b.target)[b.query_slot == s].mean():.2f}" for s in range(n)))
+print("\n".join(by_slot))
