@@ -164,6 +164,24 @@ def test_length_ramp_waits_for_its_target(tmp_path):
     assert training_summary([tmp_path / "meta.json"])["max_objects"].tolist() == [2]  # not the stage's 5
 
 
+def test_length_ramp_starts_on_ramp_start(tmp_path, monkeypatch):
+    import vlbind.train
+
+    trained, validated = [], []  # the longest prompt of each training batch; the longest validation prompt
+    generate_ = vlbind.train.generate
+    monkeypatch.setattr(vlbind.train, "generate", lambda spec, *a, **kw: trained.append(spec.max_pairs)
+                        or generate_(spec, *a, **kw))
+    validation_set_ = vlbind.train.validation_set
+    monkeypatch.setattr(vlbind.train, "validation_set", lambda spec, *a, **kw: validated.append(spec.max_pairs)
+                        or validation_set_(spec, *a, **kw))
+    cfg = TrainConfig(**{**RAMP_CFG.__dict__, "ramp_target": 1.0, "ramp_start": 4})
+    meta = train_stage(fresh(), RAMP_SPEC, cfg, tmp_path, stage="text_s4")
+    assert set(trained) == {4} and validated == [4] and meta["max_pairs_reached"] == 4  # 2..4, never more
+    with pytest.raises(ValueError, match=r"ramp_start=6 .* \(2\.\.5\)"):
+        train_stage(fresh(), RAMP_SPEC, TrainConfig(**{**cfg.__dict__, "ramp_start": 6}), tmp_path / "bad",
+                    stage="text_s4")
+
+
 def record_lr(monkeypatch) -> tuple[dict, Callable[[int], None]]:
     """({step: the optimizer's rate at that step}, the train_stage callback that fills it)."""
     import vlbind.train

@@ -10,11 +10,11 @@ weights as an uninterrupted one; a saved state whose settings differ is discarde
 `max_steps` is not a difference: kill a stage, raise its cap, and it resumes).
 
 Length ramp (`ramp_target`, off by default; not in the paper): the stage starts on prompts of `min_pairs`
-objects and lets the longest prompt grow by one object each time validation accuracy on the current range
-reaches `ramp_target`, until the stage's `max_pairs`. Validation always uses the current range; the stop
-rules above judge the full range only (a plateau before it stops the stage there), and `max_steps` caps
-the whole stage. A small model on CPU gets through 2..8 objects this way where "all lengths at once" sits
-at chance (docs/results/mini/).
+objects (of `min_pairs`..`ramp_start` objects with `ramp_start` set) and lets the longest prompt grow by one
+object each time validation accuracy on the current range reaches `ramp_target`, until the stage's
+`max_pairs`. Validation always uses the current range; the stop rules above judge the full range only (a
+plateau before it stops the stage there), and `max_steps` caps the whole stage. A small model on CPU gets
+through 2..8 objects this way where "all lengths at once" sits at chance (docs/results/mini/).
 
 Learning-rate decay on a stall (`lr_decay`, off by default; not in the paper, whose rate is constant after
 warm-up): after `lr_patience` validations without a new best, the rate is multiplied by `lr_decay`, never
@@ -70,6 +70,7 @@ class TrainConfig:
     checkpoint_every: int = 1000  # rounded up to a multiple of eval_every
     precision: str = "fp32"  # "fp32" or "bf16" (autocast)
     ramp_target: float | None = None  # length ramp (see module doc); None: all lengths from the start
+    ramp_start: int | None = None  # longest prompt the ramp starts on (see module doc); None: min_pairs
     lr_decay: float | None = None  # lr factor on a stall (see module doc); None: constant after warm-up
     lr_patience: int = 10  # validations without a new best before the lr decays
     min_lr: float = 0.0
@@ -186,7 +187,10 @@ def train_stage(model: Transformer, spec: StageSpec, cfg: TrainConfig, out_dir: 
 
     step, best_acc, best_step, history, wall_before = 0, -1.0, 0, [], 0.0
     lr_scale, decayed_at = 1.0, 0  # lr decay on a stall: current factor, step of the last decay
-    longest = spec.max_pairs if cfg.ramp_target is None else spec.min_pairs
+    longest = spec.max_pairs if cfg.ramp_target is None else cfg.ramp_start or spec.min_pairs
+    if not spec.min_pairs <= longest <= spec.max_pairs:
+        raise ValueError(f"TrainConfig.ramp_start={cfg.ramp_start} must lie in the stage's "
+                         f"min_pairs..max_pairs ({spec.min_pairs}..{spec.max_pairs})")
     best_state = {k: v.detach().clone() for k, v in model.state_dict().items()}
     resumed = _load_resume(out_dir / RESUME_FILE, key, model, opt)
     if resumed is not None:

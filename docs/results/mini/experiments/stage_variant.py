@@ -30,8 +30,9 @@ ap.add_argument("--seed", type=int, required=True)
 ap.add_argument("--config", nargs="+", default=["config/config.yaml", "config/mini.yaml"])
 ap.add_argument("--set", nargs="*", default=[], metavar="DOTTED.KEY=YAML", help="one more overlay per item")
 ap.add_argument("--evaluate", action="store_true", help="then evaluate as the DAG does (config `evaluate`)")
-ap.add_argument("--resume", metavar="FILE", help="start from a running stage's current weights (its resume.safetensors; "
-                "PARENT_DIR then only names the architecture and the parent), with a fresh optimizer")
+ap.add_argument("--resume", metavar="FILE", help="start from a running stage's current weights (its "
+                "resume.safetensors; PARENT_DIR then only names the architecture and the parent), "
+                "with a fresh optimizer")
 a = ap.parse_args()
 logging.basicConfig(level=logging.INFO, stream=sys.stdout, format="%(asctime)s %(message)s")
 torch.set_num_threads(1)
