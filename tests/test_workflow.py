@@ -151,6 +151,7 @@ def test_changed_eval_setting_retrains_nothing(smoke_tree, tmp_path):
     ("stages: {text_s1: {task: {n_colour: 8}}}", "n_colour"),
     ("model: {n_layers: 0}", "model.n_layers"),
     ("stages: {text_s3: {task: {min_pairs: 9, max_pairs: 8}}}", "stages.text_s3.task"),
+    ("stages: {text_s4: {train: {ramp_start: 9}}}", "stages.text_s4.train.ramp_start"),
     ("seedz: [1]", "seedz"),
     ("device: tpu", "device"),
     ("vision: {encoders: [resnet_999]}", "vision.encoders"),
