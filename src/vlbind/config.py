@@ -57,7 +57,7 @@ def validate(config: dict) -> dict:
         lo, hi = task.get("min_pairs", 2), task.get("max_pairs", 8)
         if lo > hi:
             raise ConfigError(f"invalid config at 'stages.{name}.task': min_pairs > max_pairs")
-        start = deep_merge(config["train"], stage.get("train", {})).get("ramp_start")
+        start = stage_train(config, name).get("ramp_start")
         if start is not None and not lo <= start <= hi:
             raise ConfigError(f"invalid config at 'stages.{name}.train.ramp_start': {start} (here or in the "
                               f"top-level train section) must lie in the stage's min_pairs..max_pairs ({lo}..{hi})")
@@ -100,6 +100,11 @@ def canonical(value):
     return value
 
 
+def stage_train(config: dict, stage: str) -> dict:
+    """The train settings of one stage: the top-level `train` section with the stage's own `train` on top."""
+    return deep_merge(config["train"], config["stages"][stage].get("train", {}))
+
+
 def stage_params(config: dict, stage: str, encoder: str | None = None) -> dict:
     """Everything that determines one stage's training: its task, its merged train settings, for the
     first stage the model architecture, for the first image stage the projector, and for stages that
@@ -108,9 +113,8 @@ def stage_params(config: dict, stage: str, encoder: str | None = None) -> dict:
     if stage not in STAGE_PARENTS:
         raise ConfigError(f"unknown stage {stage!r}; valid: {sorted(STAGE_PARENTS)}")
     section = config["stages"][stage]
-    train = deep_merge(config["train"], section.get("train", {}))
     params = {"stage": stage, "parent": STAGE_PARENTS[stage], "task": _beside_defaults(section["task"], "task"),
-              "train": _beside_defaults(train, "train")}
+              "train": _beside_defaults(stage_train(config, stage), "train")}
     if STAGE_PARENTS[stage] is None:
         params["model"] = dict(config["model"])
     if stage == VISION_STAGES[0]:
