@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 SNAKEMAKE = [sys.executable, "-m", "snakemake"]
@@ -165,6 +166,19 @@ def test_malformed_config_fails_at_dag_build_naming_the_key(tmp_path, overlay, k
     assert proc.returncode != 0
     assert key in proc.stdout + proc.stderr
     assert not (work / "results").exists()
+
+
+@pytest.mark.parametrize("overlay", sorted((ROOT / "docs/results/mini/experiments").glob("*.yaml")),
+                         ids=lambda p: p.name)
+def test_documented_experiment_overlays_still_validate(overlay):
+    """The overlays docs/results/mini/ tells users to rerun must stay valid as the schema moves on."""
+    from vlbind import config as vlconfig
+
+    merged = vlconfig.load([ROOT / "config/config.yaml", ROOT / "config/mini.yaml", overlay])
+    changed = yaml.safe_load(overlay.read_text())["stages"]
+    for stage, parts in changed.items():
+        for part, values in parts.items():
+            assert {k: merged["stages"][stage][part][k] for k in values} == values
 
 
 def test_lint_is_clean():
