@@ -96,11 +96,12 @@ class Attention(nn.Module):
         self.hook_pattern = HookPoint()
 
     def forward(self, x: torch.Tensor, cis: torch.Tensor, past: tuple | None = None,
-                at: torch.Tensor | None = None) -> torch.Tensor:
-        """Causal self-attention over x (B, T, D). `past` = (keys, values, valid, new_mask): cached keys and
-        values (B, H, T_past, Dh) of earlier positions, valid (B, T_past) which of them may be attended, and
-        new_mask (T, T) which new positions may attend to which (see Transformer.extend). `at` (B,): only
-        query from position at[b] of prompt b (keys and values from all positions); returns (B, 1, D)."""
+                at: torch.Tensor | None = None, mask: torch.Tensor | None = None) -> torch.Tensor:
+        """Self-attention over x (B, T, D), causal or restricted by `mask` (B, 1, T, T) bool [query, key].
+        `past` = (keys, values, valid, new_mask): cached keys and values (B, H, T_past, Dh) of earlier
+        positions, valid (B, T_past) which of them may be attended, and new_mask (T, T) which new positions
+        may attend to which (see Transformer.extend). `at` (B, Q): only query from positions at[b] of prompt
+        b (keys and values from all positions); returns (B, Q, D)."""
         B, T, D = x.shape
         qkv = self.qkv(x).view(B, T, 3, self.n_heads, self.d_head)
         cpu = x.device.type == "cpu"
@@ -108,18 +109,22 @@ class Attention(nn.Module):
         q, k = rope(qkv[:, :, :2], cis).to(dtype).permute(2, 0, 3, 1, 4)  # in one call: (B, H, T, Dh) each
         k, v = self.hook_k(k), self.hook_v(qkv[:, :, 2].transpose(1, 2).to(dtype))
         with torch.autocast("cpu", enabled=False) if cpu else nullcontext():
-            y = self._attend(q, k, v, past, at).to(qkv.dtype)  # back to the projections' dtype (bf16 weights on CPU)
+            y = self._attend(q, k, v, past, at, mask).to(qkv.dtype)  # the projections' dtype (bf16 on CPU)
         return self.out(y.transpose(1, 2).reshape(B, y.shape[2], D))
 
     def _attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, past: tuple | None,
-                at: torch.Tensor | None) -> torch.Tensor:
+                at: torch.Tensor | None, mask: torch.Tensor | None) -> torch.Tensor:
         B, _, T, _ = q.shape
+        if past is not None and (at is not None or mask is not None):
+            raise ValueError("Attention: `at` or `mask` and `past` (a KV cache) do not combine")
         if at is not None:
-            if past is not None:
-                raise ValueError("Attention: `at` (one query per prompt) and `past` (a KV cache) do not combine")
-            q = q[torch.arange(B, device=q.device), :, at][:, :, None]  # (B, H, 1, Dh)
-            mask = (torch.arange(T, device=q.device) <= at[:, None])[:, None, None]  # (B, 1, 1, T)
-            return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+            rows = torch.arange(B, device=q.device)[:, None]
+            q = q[rows, :, at].transpose(1, 2)  # (B, H, Q, Dh)
+            if mask is None:
+                allowed = torch.arange(T, device=q.device) <= at[..., None]  # (B, Q, T)
+            else:
+                allowed = mask[:, 0][rows, at]
+            return F.scaled_dot_product_attention(q, k, v, attn_mask=allowed[:, None])
         if past is not None:
             past_k, past_v, valid, new_mask = past
             mask = torch.cat([valid[:, None, None, :].expand(B, 1, T, -1), new_mask.expand(B, 1, T, T)], dim=-1)
@@ -127,10 +132,12 @@ class Attention(nn.Module):
             return F.scaled_dot_product_attention(q, keys, values, attn_mask=mask)
         if self.hook_attn_scores.fns or self.hook_pattern.fns:
             scores = (q @ k.transpose(-1, -2)) / math.sqrt(self.d_head)  # (B, H, T, T)
-            causal = torch.ones(T, T, dtype=torch.bool, device=q.device).tril()
-            scores = self.hook_attn_scores(scores.masked_fill(~causal, float("-inf")))
+            allowed = torch.ones(T, T, dtype=torch.bool, device=q.device).tril() if mask is None else mask
+            scores = self.hook_attn_scores(scores.masked_fill(~allowed, float("-inf")))
             pattern = self.hook_pattern(scores.softmax(dim=-1).to(v.dtype))
             return pattern @ v
+        if mask is not None:
+            return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
         return F.scaled_dot_product_attention(q, k, v, is_causal=True)
 
 
@@ -168,12 +175,12 @@ class Block(nn.Module):
         self.hook_attn_out, self.hook_mlp_out = HookPoint(), HookPoint()
 
     def forward(self, x: torch.Tensor, cis: torch.Tensor, past: tuple | None = None,
-                at: torch.Tensor | None = None) -> torch.Tensor:
-        """(B, T, D) -> (B, T, D); with `at` (B,), the stream at position at[b] of each prompt only, (B, 1, D)."""
+                at: torch.Tensor | None = None, mask: torch.Tensor | None = None) -> torch.Tensor:
+        """(B, T, D) -> (B, T, D); with `at` (B, Q), the stream at positions at[b] of each prompt only, (B, Q, D)."""
         x = self.hook_resid_pre(x)
-        attended = self.attn(self.ln1(x), cis, past, at)
+        attended = self.attn(self.ln1(x), cis, past, at, mask)
         if at is not None:
-            x = x[torch.arange(len(x), device=x.device), at][:, None]
+            x = x[torch.arange(len(x), device=x.device)[:, None], at]
         x = self.hook_resid_mid(x + self.hook_attn_out(attended))
         return self.hook_resid_post(x + self.hook_mlp_out(self.mlp(self.ln2(x))))
 
@@ -229,15 +236,18 @@ class Transformer(nn.Module):
 
     def residual(self, tokens: torch.Tensor, positions: torch.Tensor | None = None,
                  images: tuple[torch.Tensor, torch.Tensor] | None = None,
-                 at: torch.Tensor | None = None) -> torch.Tensor:
+                 at: torch.Tensor | None = None, blocks: torch.Tensor | None = None) -> torch.Tensor:
         """Residual stream after the last block, (B, T, d_model). positions default to 0..T-1.
 
         images = (mask (B, T) bool, features (M, image_dim)): the projected features replace the
         embeddings of the M positions where mask is True, in row-major order.
-        at (B,): return only the stream at position at[b] of prompt b, (B, d_model), what the full stream
-        holds there. The last block then computes attention outputs and MLP at those positions alone (a
-        training step needs only the [ANSWER] position: 1/n_layers less work); its hook points see every
-        position as usual when one of them has hooks attached (the full last block runs then).
+        at (B,) or (B, Q): return only the stream at positions at[b] of prompt b, (B, d_model) or
+        (B, Q, d_model), what the full stream holds there. The last block then computes attention outputs
+        and MLP at those positions alone (a training step needs only the [ANSWER] positions: 1/n_layers less
+        work); its hook points see every position as usual when one of them has hooks attached (the full
+        last block runs then).
+        blocks (B, T): query blocks of a packed batch (tasks.pack_queries), -1 for the shared prefix. A
+        position of block j attends causally to the prefix and to block j only.
         """
         B, T = tokens.shape
         if positions is None:
@@ -252,14 +262,18 @@ class Transformer(nn.Module):
             if self.projector is None:
                 raise ValueError("image tokens given to a text-only model; attach_projector() first")
             x = x.index_put((mask,), self.projector(features.to(x.dtype)).to(x.dtype))  # bf16 under autocast
+        mask = None if blocks is None else block_mask(blocks)
         *first, last = self.blocks
         for block in first:
-            x = block(x, cis)
+            x = block(x, cis, mask=mask)
         if at is None:
-            return last(x, cis)
+            return last(x, cis, mask=mask)
+        at2 = at[:, None] if at.dim() == 1 else at
         if any(m.fns for m in last.modules() if isinstance(m, HookPoint)):
-            return last(x, cis)[torch.arange(B, device=x.device), at]
-        return last(x, cis, at=at)[:, 0]
+            out = last(x, cis, mask=mask)[torch.arange(B, device=x.device)[:, None], at2]
+        else:
+            out = last(x, cis, at=at2, mask=mask)
+        return out[:, 0] if at.dim() == 1 else out
 
     def extend(self, x: torch.Tensor, positions: torch.Tensor, keys: list, values: list, valid: torch.Tensor,
                independent: bool = False, start: torch.Tensor | None = None,
@@ -292,9 +306,10 @@ class Transformer(nn.Module):
         return self.unembed(self.ln_f(resid))
 
     def forward(self, tokens: torch.Tensor, positions: torch.Tensor | None = None,
-                images: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
+                images: tuple[torch.Tensor, torch.Tensor] | None = None,
+                blocks: torch.Tensor | None = None) -> torch.Tensor:
         """Logits for every position, (B, T, vocab_size)."""
-        return self.logits(self.residual(tokens, positions, images))
+        return self.logits(self.residual(tokens, positions, images, blocks=blocks))
 
     # --- hook API -------------------------------------------------------------------------------
     def hook_points(self) -> dict[str, HookPoint]:
@@ -315,6 +330,15 @@ class Transformer(nn.Module):
         finally:
             for point, fn in reversed(attached):
                 point.fns.remove(fn)
+
+
+def block_mask(blocks: torch.Tensor) -> torch.Tensor:
+    """(B, 1, T, T) bool [query, key] attention mask of a packed batch: causal, and a key inside a query block
+    (blocks >= 0) is seen only from the same block. blocks (B, T): -1 for the shared prefix."""
+    T = blocks.shape[1]
+    causal = torch.ones(T, T, dtype=torch.bool, device=blocks.device).tril()
+    same = (blocks[:, None, :] < 0) | (blocks[:, None, :] == blocks[:, :, None])
+    return (causal & same)[:, None]
 
 
 # --- small hook builders used by the analyses --------------------------------------------------

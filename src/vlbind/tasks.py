@@ -153,13 +153,16 @@ class Batch:
     modality: np.ndarray  # (B,) TEXT or IMAGE context
     image_ids: np.ndarray  # (B, T) int64 image-bank row shown at a position, -1 for text positions
     patches: np.ndarray  # (B, T) int64 patch index within that image, -1 for text positions
+    # Packed batches only (pack_queries): (B, T) query block of each position, -1 for the shared prefix and
+    # padding; answer_pos, target and query_slot are then (B, Q), -1 where a prompt has fewer than Q queries.
+    blocks: np.ndarray | None = None
 
     def __len__(self) -> int:
         return len(self.target)
 
     def subset(self, keep: np.ndarray) -> Batch:
         """The prompts selected by `keep` (a boolean mask or indices over the batch)."""
-        return Batch(**{k: v[keep] for k, v in vars(self).items()})
+        return Batch(**{k: None if v is None else v[keep] for k, v in vars(self).items()})
 
 
 def generate(spec: StageSpec, batch_size: int, rng: np.random.Generator, *, n_pairs: int | None = None,
@@ -299,11 +302,10 @@ def assemble(n, colors, shapes, items, order, query_slot, task, query_by, gap, m
 
     answer_pos = length - 1
     put(rows, answer_pos - 2, vocab.question, Role.QUESTION)
-    attribute = np.where(by == BY_COLOR, colors[rows, q], shapes[rows, q])  # the queried object's attribute
-    linked = np.where(by == BY_COLOR, shapes[rows, q], colors[rows, q])  # its other one: association key
-    put(rows, answer_pos - 1, np.where(task_ == LOOKUP, linked, attribute), Role.QUERY, q)
+    query, target = _query_target(colors, shapes, items, task_, by, q[:, None])
+    put(rows, answer_pos - 1, query[:, 0], Role.QUERY, q)
     put(rows, answer_pos, vocab.answer, Role.ANSWER)
-    target = np.where(task_ == GROUNDING, linked, items[rows, q])
+    target = target[:, 0]
 
     t = np.arange(T)[None, :]
     positions = t + gap[:, None] * np.minimum(t // 2, shown[:, None] - 1)
@@ -312,6 +314,62 @@ def assemble(n, colors, shapes, items, order, query_slot, task, query_by, gap, m
     batch = Batch(tokens, positions, roles, slots, answer_pos, target, n, colors, shapes, items, order,
                   q, task_, by, gap, modality, image_ids, patches)
     return batch
+
+
+def _query_target(colors, shapes, items, task, query_by, slots) -> tuple[np.ndarray, np.ndarray]:
+    """(query token, target token) of querying slots (B, Q) of each prompt, (B, Q) each."""
+    def at(a):
+        return np.take_along_axis(a, slots, axis=1)
+    by_color, task = (query_by == BY_COLOR)[:, None], task[:, None]
+    attribute = np.where(by_color, at(colors), at(shapes))  # the queried object's attribute
+    linked = np.where(by_color, at(shapes), at(colors))  # its other one: the association key
+    return np.where(task == LOOKUP, linked, attribute), np.where(task == GROUNDING, linked, at(items))
+
+
+def pack_queries(batch: Batch, vocab: Vocab = VOCAB) -> Batch:
+    """Every object of each prompt queried in one sequence (dense supervision; not in the paper).
+
+    The shared prefix (everything before [QUESTION]) is followed by n query blocks `[QUESTION] q_p [ANSWER]`,
+    p = 0..n-1, each at the RoPE positions of the prompt's single query block. `blocks` marks each position's
+    block; the model lets a block attend to the prefix and to itself only (Transformer.residual), so block p
+    is exactly the prompt that queries slot p. answer_pos, target and query_slot become (B, Q), Q = the
+    largest n, -1 where a prompt has fewer objects. Solo-context prompts, whose context depends on the
+    query, cannot be packed.
+    """
+    if batch.blocks is not None:
+        raise ValueError("pack_queries: the batch is packed already")
+    if (batch.task == SOLO).any():
+        raise ValueError("pack_queries: solo-context prompts (task SOLO) show one object; they cannot be packed")
+    B, T = batch.tokens.shape
+    n = batch.n_pairs
+    prefix = batch.answer_pos - 2  # length of the shared prefix; the single query block follows it
+    Q, Tp = int(n.max()), int((prefix + 3 * n).max())
+    t = np.arange(Tp)[None, :]
+    shared = t < prefix[:, None]
+    src = np.minimum(t, T - 1)
+
+    def copy(a, fill):
+        return np.where(shared, np.take_along_axis(a, src.repeat(B, 0), axis=1), fill).astype(a.dtype)
+
+    tokens, roles, slots = copy(batch.tokens, vocab.pad), copy(batch.roles, Role.PAD), copy(batch.slots, -1)
+    image_ids, patches, positions = copy(batch.image_ids, -1), copy(batch.patches, -1), copy(batch.positions, 0)
+    blocks = np.full((B, Tp), -1, dtype=np.int8)
+
+    p = np.broadcast_to(np.arange(Q), (B, Q))
+    has = p < n[:, None]
+    query, target = _query_target(batch.colors, batch.shapes, batch.items, batch.task, batch.query_by,
+                                  np.where(has, p, 0))
+    r, j = np.nonzero(has)
+    start = prefix[r] + 3 * j
+    for k, (tok, role) in enumerate([(vocab.question, Role.QUESTION), (query[r, j], Role.QUERY),
+                                     (vocab.answer, Role.ANSWER)]):
+        tokens[r, start + k], roles[r, start + k], blocks[r, start + k] = tok, role, j
+        positions[r, start + k] = batch.positions[r, prefix[r] + k]
+    slots[r, start + 1] = j
+    answer_pos = np.where(has, prefix[:, None] + 3 * p + 2, -1)
+    return replace(batch, tokens=tokens, positions=positions, roles=roles, slots=slots, image_ids=image_ids,
+                   patches=patches, answer_pos=answer_pos, target=np.where(has, target, -1),
+                   query_slot=np.where(has, p, -1), blocks=blocks)
 
 
 def batch_sizes(total: int, size: int) -> list[int]:
@@ -360,9 +418,9 @@ def _materialize(b: Batch, vocab: Vocab) -> Batch:
 
 
 def prompt_text(batch: Batch, i: int, vocab: Vocab = VOCAB) -> str:
-    """Prompt i in the paper's text format, up to and including [ANSWER]; an image context is shown as
-    `<image ID: K tokens>` per image (ID = its bank row)."""
-    words, t, end = [], 0, batch.answer_pos[i] + 1
+    """Prompt i in the paper's text format, up to and including [ANSWER] (the last one of a packed prompt);
+    an image context is shown as `<image ID: K tokens>` per image (ID = its bank row)."""
+    words, t, end = [], 0, int(np.max(batch.answer_pos[i])) + 1  # a packed prompt: its last block
     while t < end:
         image = batch.image_ids[i, t]
         if image < 0:

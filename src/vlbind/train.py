@@ -45,7 +45,7 @@ from . import __version__
 from .checkpoint import load_optimizer_tensors, load_tensors, optimizer_tensors, save_model, save_tensors
 from .model import Transformer
 from .settings import from_dict
-from .tasks import Batch, StageSpec, batch_sizes, generate
+from .tasks import BY_COLOR, Batch, Role, StageSpec, batch_sizes, generate, pack_queries
 
 if TYPE_CHECKING:
     from .bank import ImageBank
@@ -69,6 +69,8 @@ class TrainConfig:
     max_steps: int = 100_000
     checkpoint_every: int = 1000  # rounded up to a multiple of eval_every
     precision: str = "fp32"  # "fp32" or "bf16" (autocast)
+    queries: str = "one"  # training prompts: "one" query each (paper) or "all" objects queried (pack_queries)
+    association_loss: float = 0.0  # weight of the association-key loss (training_loss); 0: off (paper)
     ramp_target: float | None = None  # length ramp (see module doc); None: all lengths from the start
     ramp_start: int | None = None  # longest prompt the ramp starts on (see module doc); None: min_pairs
     lr_decay: float | None = None  # lr factor on a stall (see module doc); None: constant after warm-up
@@ -79,6 +81,8 @@ class TrainConfig:
     def __post_init__(self) -> None:
         if self.precision not in ("fp32", "bf16"):
             raise ValueError(f"TrainConfig.precision={self.precision!r}; valid: 'fp32', 'bf16'")
+        if self.queries not in ("one", "all"):
+            raise ValueError(f"TrainConfig.queries={self.queries!r}; valid: 'one', 'all'")
         if self.lr_decay is not None and not 0 < self.lr_decay < 1:
             raise ValueError(f"TrainConfig.lr_decay={self.lr_decay} must be in (0, 1) or None")
         for key in ("batch_size", "eval_every", "val_size", "max_steps", "patience", "checkpoint_every",
@@ -116,14 +120,55 @@ def model_inputs(batch: Batch, device, bank: ImageBank | None = None):
 
 
 def answer_logits(model: Transformer, batch: Batch, device, precision: str = "fp32",
-                  bank: ImageBank | None = None) -> torch.Tensor:
-    """Logits at each prompt's [ANSWER] position, (B, vocab), float32. The last block and the unembedding
-    run at those positions only."""
+                  bank: ImageBank | None = None, at: np.ndarray | None = None) -> torch.Tensor:
+    """Logits at each prompt's [ANSWER] position, (B, vocab), float32; for a packed batch at every query
+    block's [ANSWER], (B, Q, vocab); with `at` (B, K), at those positions instead (entries -1, the padding
+    of answer_pos, give meaningless rows). The last block and the unembedding run there only."""
     tokens, positions, images = model_inputs(batch, device, bank)
+    blocks = None if batch.blocks is None else torch.from_numpy(batch.blocks).to(device)
+    at = batch.answer_pos if at is None else at
     with autocast(device, precision):
-        at = torch.from_numpy(batch.answer_pos).to(tokens.device)
-        logits = model.logits(model.residual(tokens, positions, images, at=at))
+        at = torch.from_numpy(np.maximum(at, 0)).to(tokens.device)
+        logits = model.logits(model.residual(tokens, positions, images, at=at, blocks=blocks))
     return logits.float()
+
+
+def prompt_loss(logits: torch.Tensor, target: np.ndarray) -> torch.Tensor:
+    """Cross-entropy, a mean over prompts. logits (B, K, vocab), target (B, K) with -1 where a prompt has no
+    label: each prompt's loss is the mean over its labels, so every prompt weighs the same whatever its
+    length. For a packed batch the expected gradient is then that of single-query training."""
+    target = torch.from_numpy(target).to(logits.device)
+    has = target >= 0
+    losses = F.cross_entropy(logits.flatten(0, 1), target.clamp(min=0).flatten(), reduction="none")
+    return ((losses.view_as(target) * has).sum(1) / has.sum(1).clamp(min=1)).mean()
+
+
+def association_targets(batch: Batch) -> tuple[np.ndarray, np.ndarray]:
+    """(positions, targets) (B, P) of the association keys and the attribute each key's object shows beside it
+    in the context (its color when keys are shapes), -1 beyond a prompt's list."""
+    B, P = batch.colors.shape
+    pos = np.full((B, P), -1)
+    r, t = np.nonzero(batch.roles == Role.ASSOCIATION_KEY)
+    j = np.concatenate([np.arange(c) for c in np.bincount(r, minlength=B)])
+    pos[r, j] = t
+    slot = np.where(pos >= 0, batch.slots[np.arange(B)[:, None], np.maximum(pos, 0)], 0)
+    other = np.where((batch.query_by == BY_COLOR)[:, None], batch.colors, batch.shapes)
+    return pos, np.where(pos >= 0, np.take_along_axis(other, slot, 1), -1)
+
+
+def training_loss(model: Transformer, batch: Batch, cfg: TrainConfig, device, bank: ImageBank | None = None):
+    """The stage's loss on one training batch: [ANSWER] cross-entropy, plus cfg.association_loss times the
+    association-key loss (association_targets), in one forward pass."""
+    at, target = batch.answer_pos, batch.target
+    if at.ndim == 1:
+        at, target = at[:, None], target[:, None]
+    if not cfg.association_loss:
+        return prompt_loss(answer_logits(model, batch, device, cfg.precision, bank, at=at), target)
+    pos, key_target = association_targets(batch)
+    logits = answer_logits(model, batch, device, cfg.precision, bank, at=np.concatenate([at, pos], 1))
+    Q = at.shape[1]
+    return (prompt_loss(logits[:, :Q], target)
+            + cfg.association_loss * prompt_loss(logits[:, Q:], key_target))
 
 
 def autocast(device, precision: str):
@@ -207,8 +252,9 @@ def train_stage(model: Transformer, spec: StageSpec, cfg: TrainConfig, out_dir: 
     t0, t_last, step_last, losses, reason = time.time(), time.time(), step, [], "max_steps"
     while step < cfg.max_steps:
         batch = generate(current, cfg.batch_size, rng, bank=bank)
-        logits = answer_logits(model, batch, device, cfg.precision, bank)
-        loss = F.cross_entropy(logits, torch.from_numpy(batch.target).to(logits.device))
+        if cfg.queries == "all":
+            batch = pack_queries(batch)
+        loss = training_loss(model, batch, cfg, device, bank)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         grad_norm = float(torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip))
