@@ -12,7 +12,9 @@
 3. prompt generation as a share of a training step;
 4. `snakemake -n` on a complete tree (the smoke DAG, built once in a temporary directory);
 5. with --profile: where each model's fp32 step spends its time (matrix multiplies vs everything else),
-   which bounds how far ahead of an equal-size model with the same FLOPs ours can get.
+   which bounds how far ahead of an equal-size model with the same FLOPs ours can get;
+6. dense supervision (train.queries: all) vs one query per prompt: labels trained per second at 2, 5 and
+   8 objects, for the mini model (6 x 64) and Table 2's, at the training default precision.
 Run it when nothing else runs: on a busy 2-core box timings are noise.
 """
 
@@ -32,8 +34,8 @@ import torch.nn.functional as F
 
 from vlbind.config import precision_for
 from vlbind.model import ModelConfig, Transformer, count_parameters
-from vlbind.tasks import StageSpec, generate
-from vlbind.train import TrainConfig, answer_logits, autocast, make_optimizer
+from vlbind.tasks import StageSpec, generate, pack_queries
+from vlbind.train import TrainConfig, answer_logits, autocast, make_optimizer, training_loss
 
 ROOT = Path(__file__).resolve().parents[1]
 TEXT_S5 = StageSpec(216, 216, 32, 2, 8, shuffle=True)
@@ -98,6 +100,36 @@ def matmul_share(runs, batches) -> list[tuple[float, float]]:
     return out
 
 
+def dense_vs_single(steps: int, precision: str) -> None:
+    """Median full training step (training_loss, backward, clip, AdamW) on single-query batches and on the same
+    batches packed; labels per second = labels per batch / step time. Steps alternate between the two."""
+    print("\n| model | objects | single ms/step | dense ms/step | step cost | labels/s single | labels/s dense "
+          "| labels/s gain |\n|---|---|---|---|---|---|---|---|")
+    for name, cfg in (("mini (6 x 64)", ModelConfig(n_layers=6, d_model=64, d_ff=256, n_heads=4)),
+                      ("Table 2 (12 x 128)", ModelConfig())):
+        torch.manual_seed(0)
+        model = Transformer(cfg)
+        opt = make_optimizer(model, TrainConfig())
+        train = TrainConfig(precision=precision)
+        for n in (2, 5, 8):
+            rng = np.random.default_rng(n)
+            single = [generate(TEXT_S5, 32, rng, n_pairs=n) for _ in range(steps + 3)]
+            times = {"single": [], "dense": []}
+            for i, b in enumerate(single):
+                for kind, batch in (("single", b), ("dense", pack_queries(b))):
+                    t = time.perf_counter()
+                    loss = training_loss(model, batch, train, "cpu")
+                    opt.zero_grad(set_to_none=True)
+                    loss.backward()
+                    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+                    opt.step()
+                    if i >= 3:
+                        times[kind].append(time.perf_counter() - t)
+            ts, td = (float(np.median(times[k])) for k in ("single", "dense"))
+            print(f"| {name} | {n} | {1e3 * ts:.1f} | {1e3 * td:.1f} | {td / ts:.2f}x | {32 / ts:,.0f} "
+                  f"| {32 * n / td:,.0f} | {n * ts / td:.2f}x |")
+
+
 def dag_dry_run_seconds() -> float:
     work = Path(tempfile.mkdtemp(prefix="vlbind-bench-"))
     try:
@@ -123,20 +155,24 @@ def main() -> None:
     ap.add_argument("--skip-dag", action="store_true")
     ap.add_argument("--profile", action="store_true", help="also split each step into matmul / other time")
     ap.add_argument("--bf16", action="store_true", help="time bf16 even on a CPU without native bf16 (emulated: slow)")
+    ap.add_argument("--dense-only", action="store_true", help="only the dense vs single-query table")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
+    default = precision_for({"cpu": "auto"}, "cpu")  # what training uses on this CPU (config.yaml: cpu: auto)
+    print(f"threads={args.threads} torch={torch.__version__}; this CPU: native bf16 "
+          f"{'yes' if default == 'bf16' else 'no'}, training default {default}")
+    dense_vs_single(args.steps, default)
+    if args.dense_only:
+        return
     cfg = ModelConfig()
     torch.manual_seed(0)
     model = Transformer(cfg)
     llamas = {attention: llama_like(cfg, attention) for attention in ("sdpa", "eager")}
-    print(f"threads={args.threads} torch={torch.__version__} params: ours {count_parameters(model):,}, "
-          f"llama {count_parameters(llamas['sdpa']):,}")
+    print(f"\nparams: ours {count_parameters(model):,}, llama {count_parameters(llamas['sdpa']):,}")
     rng = np.random.default_rng(0)
     batches = [generate(TEXT_S5, 32, rng, n_pairs=8) for _ in range(args.steps + 3)]  # length 43
     tokens = sum(b.tokens.size for b in batches[3:]) / len(batches[3:])
     ours_by, hf_by = {}, {}  # seconds per step of each setting: by precision / by attention and precision
-    default = precision_for({"cpu": "auto"}, "cpu")  # what training uses on this CPU (config.yaml: cpu: auto)
-    print(f"this CPU: native bf16 {'yes' if default == 'bf16' else 'no'}, training default {default}")
     print("\n| model | precision | steps/s | tokens/s | ours vs this |\n|---|---|---|---|---|")
     for precision in ("fp32", "bf16") if default == "bf16" or args.bf16 else ("fp32",):
         runs = [(model, ours)] + [(hf, hf_answer_logits) for hf in llamas.values()]

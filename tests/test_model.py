@@ -177,10 +177,8 @@ def test_residual_at_one_position_per_prompt_equals_the_full_stream_there(tiny):
         torch.testing.assert_close(hooked, full, rtol=0, atol=1e-6)
 
 
-@pytest.mark.parametrize("jump_max", [0, 7])  # also the jumps before the association list and the query
-def test_noise_jumps_equal_materialised_fully_masked_noise(tiny, jump_max):
-    spec = StageSpec(216, 216, 32, 2, 6, noise_tokens=100, noise_fraction=1.0, grounding_fraction=0.3,
-                     jump_max=jump_max)
+def test_noise_jumps_equal_materialised_fully_masked_noise(tiny):
+    spec = StageSpec(216, 216, 32, 2, 6, noise_tokens=100, noise_fraction=1.0, grounding_fraction=0.3)
     jumps = generate(spec, 8, np.random.default_rng(0))
     mat = generate(spec, 8, np.random.default_rng(0), materialize_noise=True)
     logits_jump = tiny(torch.from_numpy(jumps.tokens), torch.from_numpy(jumps.positions))

@@ -1,11 +1,10 @@
 """Task generators: every answer recomputed from the prompt text; stage constraints; noise layout."""
 
-from dataclasses import replace
 
 import numpy as np
 import pytest
 
-from vlbind.tasks import BY_COLOR, BY_SHAPE, GROUNDING, LOOKUP, RETRIEVAL, SOLO, Role, StageSpec, generate, prompt_text
+from vlbind.tasks import BY_COLOR, BY_SHAPE, GROUNDING, RETRIEVAL, Role, StageSpec, generate, prompt_text
 from vlbind.vocab import VOCAB
 
 CURRICULUM = {
@@ -17,11 +16,6 @@ CURRICULUM = {
     "noise_text": StageSpec(216, 216, 32, 2, 8, shuffle=True, symmetric_fraction=0.5, noise_tokens=100,
                             noise_fraction=0.5),
     "mixed_tasks": StageSpec(216, 216, 32, 2, 8, grounding_fraction=0.5, symmetric_fraction=0.5),
-    "one_hop_practice": StageSpec(216, 216, 8, 2, 8, symmetric_fraction=0.5, hop_fraction=0.6),
-    "solo_practice": StageSpec(216, 216, 8, 2, 8, symmetric_fraction=0.5, hop_fraction=0.4, solo_fraction=0.5,
-                               noise_tokens=100, noise_fraction=0.5),
-    "position_jumps": StageSpec(216, 216, 8, 2, 8, grounding_fraction=0.3, symmetric_fraction=0.5, hop_fraction=0.3,
-                                solo_fraction=0.3, noise_tokens=100, noise_fraction=0.5, jump_max=8),
 }
 
 
@@ -43,10 +37,7 @@ def solve(text: str) -> str:
         return entity
     entries = " ".join(middle).split(" [SEP] ")
     assoc = dict(e.split() for e in entries)
-    # one entry per context pair; a solo context (one pair) keeps the entries of the objects it leaves out
-    assert len(assoc) == len(pairs) or (len(pairs) == 1 and entity in assoc)
-    if query in assoc:  # association lookup: the query is itself an association key
-        return assoc[query]
+    assert len(assoc) == len(pairs)  # one entry per context pair
     return assoc[entity]
 
 
@@ -67,12 +58,11 @@ def test_stage_constraints(stage):
         assert set(np.unique(b.n_pairs)) == set(range(spec.min_pairs, spec.max_pairs + 1))
     for i in range(len(b)):
         n = b.n_pairs[i]
-        shown = 1 if b.task[i] == SOLO else n
         row = b.tokens[i, : b.answer_pos[i] + 1]
         colors = row[b.roles[i, : len(row)] == Role.CONTEXT_COLOR]
         shapes = row[b.roles[i, : len(row)] == Role.CONTEXT_SHAPE]
         items = row[b.roles[i, : len(row)] == Role.ASSOCIATION_ITEM]
-        assert len(colors) == len(shapes) == shown and len(set(colors)) == len(set(shapes)) == shown
+        assert len(colors) == len(shapes) == n and len(set(colors)) == len(set(shapes)) == n
         assert len(set(items)) == len(items) == (0 if b.task[i] == GROUNDING else n)
         assert colors.min() >= VOCAB.color_offset and colors.max() < VOCAB.color_offset + spec.n_colors
         assert shapes.min() >= VOCAB.shape_offset and shapes.max() < VOCAB.shape_offset + spec.n_shapes
@@ -92,7 +82,7 @@ def test_restricted_vocab_is_fully_used():
     assert set(np.unique(b.shapes)) == set(VOCAB.shape_offset + np.arange(8))
 
 
-@pytest.mark.parametrize("stage", ["text_s5", "solo_practice"])
+@pytest.mark.parametrize("stage", ["text_s5", "mixed_tasks"])
 def test_roles_and_slots_point_at_the_bound_objects(stage):
     b = generate(CURRICULUM[stage], 300, np.random.default_rng(4))
     for i in range(len(b)):
@@ -118,53 +108,6 @@ def test_overrides_fix_task_direction_and_length():
     assert (b.target >= VOCAB.item_offset).all()
 
 
-def test_one_hop_practice_mixes_grounding_and_lookup_and_validation_leaves_it_out():
-    from vlbind.train import TrainConfig, validation_set
-
-    spec = CURRICULUM["one_hop_practice"]
-    b = generate(spec, 4000, np.random.default_rng(7))
-    share = {t: (b.task == t).mean() for t in (RETRIEVAL, GROUNDING, LOOKUP)}
-    assert abs(share[RETRIEVAL] - 0.4) < 0.03 and abs(share[GROUNDING] - 0.3) < 0.03 and abs(share[LOOKUP] - 0.3) < 0.03
-    lookup = b.task == LOOKUP  # the query is the association key (a shape when items sit on shapes)
-    keys = np.where(b.query_by == BY_COLOR, b.shapes.T, b.colors.T).T
-    assert np.array_equal(b.tokens[lookup, b.answer_pos[lookup] - 1], keys[lookup, b.query_slot[lookup]])
-    val = validation_set(spec, TrainConfig(val_size=300))
-    assert all((v.task == RETRIEVAL).all() for v in val) and sum(len(v) for v in val) == 300
-
-
-def test_solo_context_shows_the_queried_object_alone_and_validation_leaves_it_out():
-    from vlbind.train import TrainConfig, validation_set
-
-    spec = CURRICULUM["solo_practice"]
-    b = generate(spec, 4000, np.random.default_rng(8))
-    share = {t: (b.task == t).mean() for t in (RETRIEVAL, SOLO)}
-    assert abs(share[RETRIEVAL] - 0.3) < 0.03 and abs(share[SOLO] - 0.3) < 0.03  # 0.6 retrieval, half solo
-    solo = np.flatnonzero(b.task == SOLO)
-    q = b.query_slot[solo]
-    assert np.array_equal(b.slots[solo, 0], q) and np.array_equal(b.slots[solo, 1], q)
-    assert np.array_equal(b.tokens[solo, 0], b.colors[solo, q]) and np.array_equal(b.tokens[solo, 1], b.shapes[solo, q])
-    assert (b.roles[solo, 2] == Role.CONTEXT_END).all()
-    keys = (b.roles[solo] == Role.ASSOCIATION_KEY).sum(axis=1)
-    assert np.array_equal(keys, b.n_pairs[solo])  # every object keeps its association entry
-    assert np.array_equal(b.target[solo], b.items[solo, q])
-    assert (b.noise[solo] > 0).any() and (b.positions[solo, :3] == [0, 1, 2]).all()  # one pair: no noise gap
-    val = validation_set(spec, TrainConfig(val_size=300))
-    assert all((v.task == RETRIEVAL).all() for v in val)
-    with pytest.raises(ValueError, match="solo_fraction"):
-        StageSpec(image_fraction=0.5, solo_fraction=0.5)
-
-
-def test_longest_fraction_oversamples_max_pairs_and_validation_draws_uniformly():
-    from vlbind.train import TrainConfig, validation_set
-
-    spec = StageSpec(216, 216, 8, 2, 5, longest_fraction=0.6)
-    b = generate(spec, 8000, np.random.default_rng(9))
-    share = np.bincount(b.n_pairs, minlength=6)[2:] / len(b)
-    assert np.allclose(share, [0.1, 0.1, 0.1, 0.7], atol=0.02)  # 0.4 spread over 2..5, plus 0.6 at 5
-    val = np.concatenate([v.n_pairs for v in validation_set(spec, TrainConfig(val_size=4000))])
-    assert np.allclose(np.bincount(val, minlength=6)[2:] / len(val), 0.25, atol=0.025)
-
-
 def test_noise_is_a_position_jump_of_100_between_consecutive_pairs():
     spec = StageSpec(216, 216, 32, 2, 8, noise_tokens=100, noise_fraction=1.0)
     b = generate(spec, 50, np.random.default_rng(6))
@@ -178,43 +121,6 @@ def test_noise_is_a_position_jump_of_100_between_consecutive_pairs():
         assert np.array_equal(m.tokens[i, real], b.tokens[i, :L])
         ctx = b.positions[i, : 2 * n]
         assert np.array_equal(np.diff(ctx)[1::2], np.full(n - 1, 101))  # shape -> next color skips 100
-
-
-def test_position_jumps_move_the_list_and_the_query_block_only():
-    from vlbind.train import TrainConfig, validation_set
-
-    spec = StageSpec(216, 216, 8, 2, 8, grounding_fraction=0.3, jump_max=8)
-    plain = generate(replace(spec, jump_max=0), 300, np.random.default_rng(10))
-    b = generate(spec, 300, np.random.default_rng(10))  # jumps are drawn last: the same prompts
-    for key in ("tokens", "roles", "target", "answer_pos"):
-        assert np.array_equal(getattr(b, key), getattr(plain, key)), key
-    shift = b.positions - plain.positions
-    seen = set()
-    for i in range(len(b)):
-        roles, d = b.roles[i, : b.answer_pos[i] + 1], shift[i, : b.answer_pos[i] + 1]
-        in_list = np.isin(roles, [Role.ASSOCIATION_KEY, Role.ASSOCIATION_ITEM, Role.SEP])
-        in_query = np.isin(roles, [Role.QUESTION, Role.QUERY, Role.ANSWER])
-        assert (d[~in_list & ~in_query] == 0).all()  # context and [CONTEXTEND] stay
-        assert len(set(d[in_query])) == 1 and 0 <= d[in_query][0] <= 16
-        if in_list.any():  # a grounding prompt has no list: both jumps lie before [QUESTION]
-            before_list = d[in_list][0]
-            assert (d[in_list] == before_list).all() and before_list <= d[in_query][0] <= before_list + 8
-            seen.add((int(before_list), int(d[in_query][0] - before_list)))
-    assert {a for a, _ in seen} == set(range(9)) and {q for _, q in seen} == set(range(9))
-    val = validation_set(spec, TrainConfig(val_size=256))[0]
-    assert np.array_equal(val.positions, np.broadcast_to(np.arange(val.positions.shape[1]), val.positions.shape))
-
-
-def test_jump_fraction_moves_that_share_of_the_prompts_as_full_jumps_would():
-    spec = StageSpec(216, 216, 8, 2, 8, jump_max=8, jump_fraction=0.3)
-    plain = generate(replace(spec, jump_max=0), 4000, np.random.default_rng(11))
-    every = generate(replace(spec, jump_fraction=1.0), 4000, np.random.default_rng(11))
-    b = generate(spec, 4000, np.random.default_rng(11))
-    assert np.array_equal(b.tokens, plain.tokens)
-    moved = (b.positions != plain.positions).any(axis=1)
-    assert np.array_equal(b.positions[moved], every.positions[moved])  # the same jumps, on a share of prompts
-    assert np.array_equal(b.positions[~moved], plain.positions[~moved])
-    assert abs(moved.mean() - 0.3 * 80 / 81) < 0.025  # a jumped prompt stays put when both jumps are 0
 
 
 def test_noise_fraction_is_respected():

@@ -44,7 +44,7 @@ def setup_logging(path: str | None = None, level=logging.INFO) -> logging.Logger
 
 def _sample(args) -> int:
     from . import config as vlconfig
-    from .tasks import BY_COLOR, BY_SHAPE, GROUNDING, LOOKUP, RETRIEVAL, SOLO, TEXT, StageSpec, generate, prompt_text
+    from .tasks import BY_COLOR, BY_SHAPE, GROUNDING, RETRIEVAL, TEXT, StageSpec, generate, prompt_text
     from .vocab import VOCAB
 
     cfg = vlconfig.load(args.config)
@@ -56,7 +56,7 @@ def _sample(args) -> int:
         return _counterfactuals(spec, args)
     if args.noise and spec.noise_tokens == 0:
         spec = StageSpec.from_dict({**spec.to_dict(), "noise_tokens": 100})
-    task = {"retrieval": RETRIEVAL, "grounding": GROUNDING, "lookup": LOOKUP, "solo": SOLO}[args.task]
+    task = {"retrieval": RETRIEVAL, "grounding": GROUNDING}[args.task]
     by = None if args.query_by == "any" else {"color": BY_COLOR, "shape": BY_SHAPE}[args.query_by]
     bank, modality = None, None
     if args.bank or args.features:
@@ -104,9 +104,7 @@ def main(argv: list[str] | None = None) -> int:
     s.add_argument("--stage", required=True, help="a stage name of the config, e.g. text_s1 .. text_s5, noise_text")
     s.add_argument("--count", type=int, default=5)
     s.add_argument("--seed", type=int, default=0)
-    s.add_argument("--task", choices=["retrieval", "grounding", "lookup", "solo"], default="retrieval",
-                   help="lookup: query the association key, answer its item (one hop; see hop_fraction); "
-                        "solo: retrieval with the queried object alone in the context (see solo_fraction)")
+    s.add_argument("--task", choices=["retrieval", "grounding"], default="retrieval")
     s.add_argument("--query-by", choices=["color", "shape", "any"], default="color",
                    help="query direction; 'any' follows the stage's symmetric_fraction")
     s.add_argument("--noise", action="store_true",

@@ -57,10 +57,6 @@ def validate(config: dict) -> dict:
         lo, hi = task.get("min_pairs", 2), task.get("max_pairs", 8)
         if lo > hi:
             raise ConfigError(f"invalid config at 'stages.{name}.task': min_pairs > max_pairs")
-        start = stage_train(config, name).get("ramp_start")
-        if start is not None and not lo <= start <= hi:
-            raise ConfigError(f"invalid config at 'stages.{name}.train.ramp_start': {start} (here or in the "
-                              f"top-level train section) must lie in the stage's min_pairs..max_pairs ({lo}..{hi})")
     missing = set(STAGE_PARENTS) - set(config["stages"])
     if missing:
         raise ConfigError(f"invalid config at 'stages': missing stages {sorted(missing)}")

@@ -43,7 +43,6 @@ class ModelConfig:
     vocab_size: int = 1000
     rope_base: float = 10000.0  # lost from the paper's text; our assumption (the RoFormer default)
     max_positions: int = 8192  # longest RoPE position id (noise jumps included)
-    init_std: float | None = None  # weight init std; None: 1/sqrt(d_model) (our assumption, see reset_parameters)
     # Visual projector (D.6); image_dim None = a text-only model. Multiplier and scale are lost from the
     # paper's text: our assumptions (config `projector`).
     image_dim: int | None = None  # feature size of the encoder's patch tokens
@@ -215,12 +214,12 @@ class Transformer(nn.Module):
         return self
 
     def reset_parameters(self) -> None:
-        """N(0, init_std) for every matrix, residual output projections scaled by 1/sqrt(2 * n_layers) (GPT-2).
+        """N(0, 1/sqrt(d_model)) for every matrix, residual output projections scaled by 1/sqrt(2 * n_layers) (GPT-2).
 
         The paper gives no init. GPT-2's fixed 0.02 was tuned for d=768; at d=128 it is ~4x below the
         1/sqrt(d) scale, which starts attention deeper in the saddle it must escape (see README).
         """
-        std = self.cfg.init_std if self.cfg.init_std is not None else self.cfg.d_model ** -0.5
+        std = self.cfg.d_model ** -0.5
         for name, p in self.named_parameters():
             if p.dim() == 2 and not name.startswith("projector."):  # the projector keeps PyTorch's init
                 residual_out = name.endswith(("attn.out.weight", "mlp.down.weight"))

@@ -9,11 +9,6 @@ Layout of a retrieval prompt with n objects (compact index t, no noise):
     t = 5n, 5n+1, 5n+2 [QUESTION] query [ANSWER]                         (length 5n+3)
 
 A grounding prompt has no association list: context, [CONTEXTEND] [QUESTION] query [ANSWER] (2n+4).
-An association-lookup prompt (not in the paper; see StageSpec.hop_fraction) is laid out like retrieval but
-queries the association key itself (a shape, when items sit on shapes), so its answer is one hop away.
-A solo-context prompt (not in the paper; see StageSpec.solo_fraction) is a retrieval prompt whose context
-shows the queried object alone (t = 0, 1; the association list keeps all n entries): finding the query's
-shape is trivial, finding its item needs the second hop keyed by a shape read from the context.
 Objects are identified by their *slot* p, their index in the context. Every batch carries the role of
 every position, the slot it refers to and the bindings (color, shape, item per slot), so analyses never
 re-parse text.
@@ -22,6 +17,9 @@ Unattendable noise (appendix D.4) is realised as a jump of `noise_tokens` in the
 between consecutive context pairs: tokens nobody may attend to change nothing but the positions of what
 follows. `materialize_noise=True` instead writes the [NOISE] tokens out (for display and for the test that
 proves both realisations equal when noise keys are masked).
+
+Dense supervision (`pack_queries`, not in the paper): one sequence holds a context once and a query block for
+each of its objects; the model's block mask makes every block exactly one prompt of the paper's distribution.
 
 Everything is vectorised over the batch with numpy; randomness comes only from the `rng` argument.
 """
@@ -56,7 +54,7 @@ class Role(IntEnum):
     CONTEXT_IMAGE = 11  # an image patch token; its slot is the object it shows (-1: background)
 
 
-RETRIEVAL, GROUNDING, LOOKUP, SOLO = 0, 1, 2, 3
+RETRIEVAL, GROUNDING = 0, 1
 BY_COLOR, BY_SHAPE = 0, 1
 TEXT, IMAGE = 0, 1  # modality of a prompt's context
 
@@ -79,27 +77,6 @@ class StageSpec:
     noise_tokens: int = 0  # unattendable noise tokens between consecutive context pairs
     noise_fraction: float = 1.0  # share of prompts that carry noise when noise_tokens > 0
     image_fraction: float = 0.0  # share of prompts whose context is images (D.6: 1.0, D.7 mixed: 0.2)
-    # Share of *training* prompts that practise one hop of retrieval alone: half feature grounding (color ->
-    # its shape), half association lookup (shape -> its item). Not in the paper (ours, for the mini
-    # curriculum); validation sets leave these prompts out (vlbind.train.validation_set).
-    hop_fraction: float = 0.0
-    # Share of prompts with max_pairs objects, the rest uniform over min_pairs..max_pairs. Not in the paper
-    # (ours, for the mini curriculum): under the length ramp (vlbind.train) max_pairs is the newest length,
-    # whose share of a uniform draw shrinks as the range grows (1/7 of the prompts at 2..8). Validation
-    # sets leave it out.
-    longest_fraction: float = 0.0
-    # Share of the *training* retrieval prompts (those left after hop_fraction) whose context shows the
-    # queried object alone (module doc: solo-context): the association lookup keyed by a shape from the
-    # context, the step from one-hop practice to retrieval. Not in the paper (ours, for the mini
-    # curriculum); validation sets leave these prompts out. Text contexts only.
-    solo_fraction: float = 0.0
-    # Largest random position jump (uniform 0..jump_max, drawn per prompt) before the association list and,
-    # a second one, before [QUESTION]: unattendable gaps as noise leaves them, so the query's distance to the
-    # context varies and only a lookup by content finds the queried object. Not in the paper (ours, for the
-    # mini curriculum; docs/results/mini/); validation sets leave it out.
-    jump_max: int = 0
-    # Share of the training prompts that get those jumps; the others keep their positions (ours, as jump_max).
-    jump_fraction: float = 1.0
 
     def __post_init__(self) -> None:
         limits = {"n_colors": VOCAB.n_colors, "n_shapes": VOCAB.n_shapes, "n_items": VOCAB.n_items}
@@ -113,15 +90,11 @@ class StageSpec:
             if getattr(self, key) < self.max_pairs:
                 raise ValueError(f"StageSpec.{key}={getattr(self, key)} is smaller than max_pairs={self.max_pairs}: "
                                  "objects in a prompt need distinct tokens")
-        for key in ("grounding_fraction", "symmetric_fraction", "noise_fraction", "image_fraction", "hop_fraction",
-                    "longest_fraction", "solo_fraction", "jump_fraction"):
+        for key in ("grounding_fraction", "symmetric_fraction", "noise_fraction", "image_fraction"):
             if not 0.0 <= getattr(self, key) <= 1.0:
                 raise ValueError(f"StageSpec.{key}={getattr(self, key)} must lie in [0, 1]")
-        if self.solo_fraction > 0 and self.image_fraction > 0:
-            raise ValueError("StageSpec.solo_fraction > 0 needs image_fraction 0: solo-context prompts are text only")
-        for key in ("noise_tokens", "jump_max"):
-            if getattr(self, key) < 0:
-                raise ValueError(f"StageSpec.{key}={getattr(self, key)} must be >= 0")
+        if self.noise_tokens < 0:
+            raise ValueError(f"StageSpec.noise_tokens={self.noise_tokens} must be >= 0")
 
     @classmethod
     def from_dict(cls, d: dict) -> StageSpec:
@@ -147,7 +120,7 @@ class Batch:
     items: np.ndarray  # (B, P) item bound to slot p
     association_order: np.ndarray  # (B, P) slot of association entry j, -1 beyond n_pairs
     query_slot: np.ndarray  # (B,)
-    task: np.ndarray  # (B,) RETRIEVAL, GROUNDING, LOOKUP or SOLO
+    task: np.ndarray  # (B,) RETRIEVAL or GROUNDING
     query_by: np.ndarray  # (B,) BY_COLOR or BY_SHAPE
     noise: np.ndarray  # (B,) noise tokens per gap between context pairs
     modality: np.ndarray  # (B,) TEXT or IMAGE context
@@ -181,8 +154,6 @@ def generate(spec: StageSpec, batch_size: int, rng: np.random.Generator, *, n_pa
     B, P = batch_size, spec.max_pairs if n_pairs is None else n_pairs
     if n_pairs is None:
         n = rng.integers(spec.min_pairs, spec.max_pairs + 1, size=B)
-        if spec.longest_fraction > 0:  # draws nothing otherwise: other stages keep their stream
-            n = np.where(rng.random(B) < spec.longest_fraction, spec.max_pairs, n)
     else:
         for key in ("n_colors", "n_shapes", "n_items"):
             if getattr(spec, key) < n_pairs:
@@ -200,11 +171,6 @@ def generate(spec: StageSpec, batch_size: int, rng: np.random.Generator, *, n_pa
     order[~valid] = -1
     query_slot = (rng.random(B) * n).astype(np.int64)
     task_ = _choice(rng, B, spec.grounding_fraction, task, GROUNDING, RETRIEVAL)
-    if task is None and spec.hop_fraction > 0:  # draws nothing otherwise: other stages keep their stream
-        hop = rng.random(B) < spec.hop_fraction
-        task_ = np.where(hop, np.where(rng.random(B) < 0.5, GROUNDING, LOOKUP), task_)
-    if task is None and spec.solo_fraction > 0:  # draws nothing otherwise
-        task_ = np.where((task_ == RETRIEVAL) & (rng.random(B) < spec.solo_fraction), SOLO, task_)
     by = _choice(rng, B, spec.symmetric_fraction, query_by, BY_SHAPE, BY_COLOR)
     noisy = rng.random(B) < spec.noise_fraction if noise is None else np.full(B, bool(noise))
     if modality is None and spec.image_fraction == 0:
@@ -228,23 +194,16 @@ def generate(spec: StageSpec, batch_size: int, rng: np.random.Generator, *, n_pa
     colors = np.where(valid, vocab.color_offset + color_idx, -1)
     shapes = np.where(valid, vocab.shape_offset + shape_idx, -1)
     items[~valid] = -1
-    jumps = None
-    if spec.jump_max > 0:  # drawn last: a spec with jumps gives the same prompts as one without, only moved
-        jumps = rng.integers(0, spec.jump_max + 1, size=(B, 2))
-        if spec.jump_fraction < 1:  # draws nothing otherwise
-            jumps *= rng.random((B, 1)) < spec.jump_fraction
-    batch = assemble(n, colors, shapes, items, order, query_slot, task_, by, gap, modal, picture, bank, vocab,
-                     jumps)
+    batch = assemble(n, colors, shapes, items, order, query_slot, task_, by, gap, modal, picture, bank, vocab)
     return _materialize(batch, vocab) if materialize_noise else batch
 
 
 def assemble(n, colors, shapes, items, order, query_slot, task, query_by, gap, modality=None, picture=None,
-             bank: ImageBank | None = None, vocab: Vocab = VOCAB, jumps=None) -> Batch:
+             bank: ImageBank | None = None, vocab: Vocab = VOCAB) -> Batch:
     """Lay out prompts from their bindings (the inverse of reading a Batch's binding fields).
 
     colors / shapes / items: (B, P) token ids per slot, -1 beyond n; order: (B, P) slot of each association
-    entry; gap: noise positions between context pairs; jumps: (B, 2) positions skipped before the association
-    list and before [QUESTION] (StageSpec.jump_max), or None. Image contexts (modality IMAGE) need `picture`,
+    entry; gap: noise positions between context pairs. Image contexts (modality IMAGE) need `picture`,
     the bank row per slot (per_object) or per prompt in column 0 (canvas). `generate` samples the
     bindings; analyses call this directly to build counterfactual prompts.
     """
@@ -253,14 +212,11 @@ def assemble(n, colors, shapes, items, order, query_slot, task, query_by, gap, m
     pictured = modality == IMAGE
     task_, by, q = task, query_by, query_slot  # short names for the layout arithmetic below
     valid = np.arange(P)[None, :] < n[:, None]
-    if (pictured & (task_ == SOLO)).any():
-        raise ValueError("solo-context prompts (task SOLO) have text contexts only")
-    shown = _shown(task_, n)
     K = bank.tokens_per_image if bank is not None else 0
     if bank is not None and bank.layout == "canvas":
-        ctx = np.where(pictured, K, 2 * shown)
+        ctx = np.where(pictured, K, 2 * n)
     else:
-        ctx = np.where(pictured, K * n, 2 * shown)
+        ctx = np.where(pictured, K * n, 2 * n)
 
     listed = task_ != GROUNDING  # prompts with an association list
     length = np.where(listed, ctx + 3 * n + 3, ctx + 4)
@@ -275,10 +231,9 @@ def assemble(n, colors, shapes, items, order, query_slot, task, query_by, gap, m
     def put(r, t, tok, role, slot=-1):
         tokens[r, t], roles[r, t], slots[r, t] = tok, role, slot
 
-    r, t = np.nonzero((np.arange(P)[None, :] < shown[:, None]) & ~pictured[:, None])
-    p = np.where(task_[r] == SOLO, q[r], t)  # the slot shown by context pair t
-    put(r, 2 * t, colors[r, p], Role.CONTEXT_COLOR, p)
-    put(r, 2 * t + 1, shapes[r, p], Role.CONTEXT_SHAPE, p)
+    r, p = np.nonzero(valid & ~pictured[:, None])
+    put(r, 2 * p, colors[r, p], Role.CONTEXT_COLOR, p)
+    put(r, 2 * p + 1, shapes[r, p], Role.CONTEXT_SHAPE, p)
     if pictured.any():
         r, t = np.nonzero(pictured[:, None] & (np.arange(T)[None, :] < ctx[:, None]))
         if bank.layout == "canvas":
@@ -308,9 +263,7 @@ def assemble(n, colors, shapes, items, order, query_slot, task, query_by, gap, m
     target = target[:, 0]
 
     t = np.arange(T)[None, :]
-    positions = t + gap[:, None] * np.minimum(t // 2, shown[:, None] - 1)
-    if jumps is not None:  # a grounding prompt (no list) gets both before [QUESTION]
-        positions = positions + jumps[:, :1] * (t > ctx[:, None]) + jumps[:, 1:] * (t >= answer_pos[:, None] - 2)
+    positions = t + gap[:, None] * np.minimum(t // 2, n[:, None] - 1)
     batch = Batch(tokens, positions, roles, slots, answer_pos, target, n, colors, shapes, items, order,
                   q, task_, by, gap, modality, image_ids, patches)
     return batch
@@ -323,7 +276,7 @@ def _query_target(colors, shapes, items, task, query_by, slots) -> tuple[np.ndar
     by_color, task = (query_by == BY_COLOR)[:, None], task[:, None]
     attribute = np.where(by_color, at(colors), at(shapes))  # the queried object's attribute
     linked = np.where(by_color, at(shapes), at(colors))  # its other one: the association key
-    return np.where(task == LOOKUP, linked, attribute), np.where(task == GROUNDING, linked, at(items))
+    return attribute, np.where(task == GROUNDING, linked, at(items))
 
 
 def pack_queries(batch: Batch, vocab: Vocab = VOCAB) -> Batch:
@@ -333,13 +286,10 @@ def pack_queries(batch: Batch, vocab: Vocab = VOCAB) -> Batch:
     p = 0..n-1, each at the RoPE positions of the prompt's single query block. `blocks` marks each position's
     block; the model lets a block attend to the prefix and to itself only (Transformer.residual), so block p
     is exactly the prompt that queries slot p. answer_pos, target and query_slot become (B, Q), Q = the
-    largest n, -1 where a prompt has fewer objects. Solo-context prompts, whose context depends on the
-    query, cannot be packed.
+    largest n, -1 where a prompt has fewer objects.
     """
     if batch.blocks is not None:
         raise ValueError("pack_queries: the batch is packed already")
-    if (batch.task == SOLO).any():
-        raise ValueError("pack_queries: solo-context prompts (task SOLO) show one object; they cannot be packed")
     B, T = batch.tokens.shape
     n = batch.n_pairs
     prefix = batch.answer_pos - 2  # length of the shared prefix; the single query block follows it
@@ -377,11 +327,6 @@ def batch_sizes(total: int, size: int) -> list[int]:
     return [size] * (total // size) + ([total % size] if total % size else [])
 
 
-def _shown(task, n) -> np.ndarray:
-    """Context pairs laid out per prompt: n, one for a solo-context prompt."""
-    return np.where(task == SOLO, 1, n)
-
-
 def _distinct(rng: np.random.Generator, B: int, K: int, P: int) -> np.ndarray:
     """(B, P) indices in 0..K-1, distinct within each row."""
     if P > K:
@@ -396,7 +341,7 @@ def _choice(rng, B, fraction, fixed, yes, no) -> np.ndarray:
 
 
 def _materialize(b: Batch, vocab: Vocab) -> Batch:
-    """Write noise out as [NOISE] tokens at the positions the jumps (noise, jump_max) leave empty."""
+    """Write noise out as [NOISE] tokens at the positions the noise jumps leave empty."""
     B, T = b.tokens.shape
     length = b.answer_pos + 1
     full_len = b.positions[np.arange(B), b.answer_pos] + 1  # noise gaps and jumps included

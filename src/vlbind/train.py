@@ -10,18 +10,14 @@ weights as an uninterrupted one; a saved state whose settings differ is discarde
 `max_steps` is not a difference: kill a stage, raise its cap, and it resumes).
 
 Length ramp (`ramp_target`, off by default; not in the paper): the stage starts on prompts of `min_pairs`
-objects (of `min_pairs`..`ramp_start` objects with `ramp_start` set) and lets the longest prompt grow by one
-object each time validation accuracy on the current range reaches `ramp_target`, until the stage's
-`max_pairs`. Validation always uses the current range; the stop rules above judge the full range only (a
-plateau before it stops the stage there), and `max_steps` caps the whole stage. A small model on CPU gets
-through 2..8 objects this way where "all lengths at once" sits at chance (docs/results/mini/).
+objects and lets the longest prompt grow by one object each time validation accuracy on the current range
+reaches `ramp_target`, until the stage's `max_pairs`. Validation always uses the current range; the stop rules
+above judge the full range only (a plateau before it stops the stage there), and `max_steps` caps the whole
+stage. A small model on CPU gets through 2..8 objects this way where "all lengths at once" sits at chance
+(docs/results/mini/).
 
-Learning-rate decay on a stall (`lr_decay`, off by default; not in the paper, whose rate is constant after
-warm-up): after `lr_patience` validations without a new best, the rate is multiplied by `lr_decay`, never
-below `min_lr`; when the length ramp adds an object it returns to `lr`. A mini model sitting just under a
-ramp target at lr 1e-3 passed it within 1.5k steps at 1e-4, while a rate left low learnt the next lengths
-slower; even with the return to `lr`, mini's text_s4 did not get further than at a constant rate, so mini
-leaves it off (docs/results/mini/).
+Dense supervision (`queries: "all"`, not in the paper): each training prompt queries every object of its
+context in one packed sequence (tasks.pack_queries), n labels for one pass; validation stays single-query.
 """
 
 from __future__ import annotations
@@ -72,10 +68,6 @@ class TrainConfig:
     queries: str = "one"  # training prompts: "one" query each (paper) or "all" objects queried (pack_queries)
     association_loss: float = 0.0  # weight of the association-key loss (training_loss); 0: off (paper)
     ramp_target: float | None = None  # length ramp (see module doc); None: all lengths from the start
-    ramp_start: int | None = None  # longest prompt the ramp starts on (see module doc); None: min_pairs
-    lr_decay: float | None = None  # lr factor on a stall (see module doc); None: constant after warm-up
-    lr_patience: int = 10  # validations without a new best before the lr decays
-    min_lr: float = 0.0
     seed: int = 0
 
     def __post_init__(self) -> None:
@@ -83,10 +75,7 @@ class TrainConfig:
             raise ValueError(f"TrainConfig.precision={self.precision!r}; valid: 'fp32', 'bf16'")
         if self.queries not in ("one", "all"):
             raise ValueError(f"TrainConfig.queries={self.queries!r}; valid: 'one', 'all'")
-        if self.lr_decay is not None and not 0 < self.lr_decay < 1:
-            raise ValueError(f"TrainConfig.lr_decay={self.lr_decay} must be in (0, 1) or None")
-        for key in ("batch_size", "eval_every", "val_size", "max_steps", "patience", "checkpoint_every",
-                    "lr_patience"):
+        for key in ("batch_size", "eval_every", "val_size", "max_steps", "patience", "checkpoint_every"):
             if getattr(self, key) < 1:
                 raise ValueError(f"TrainConfig.{key}={getattr(self, key)} must be >= 1")
 
@@ -200,11 +189,8 @@ def accuracy(model: Transformer, batches: Iterable[Batch], device, precision: st
 
 
 def validation_set(spec: StageSpec, cfg: TrainConfig, chunk: int = 256, bank: ImageBank | None = None) -> list[Batch]:
-    """A fixed validation set, drawn from its own RNG stream so it never overlaps the training stream's state.
-    Practice prompts, the extra share of longest prompts and position jumps (StageSpec.hop_fraction,
-    solo_fraction, longest_fraction, jump_max) shape training only: validation leaves them out and judges
-    retrieval on lengths drawn uniformly."""
-    spec = replace(spec, hop_fraction=0.0, solo_fraction=0.0, longest_fraction=0.0, jump_max=0)
+    """A fixed validation set of single-query prompts, drawn from its own RNG stream so it never overlaps the
+    training stream's state."""
     rng = np.random.default_rng([cfg.seed, 0xA11D])
     return [generate(spec, s, rng, bank=bank) for s in batch_sizes(cfg.val_size, chunk)]
 
@@ -231,11 +217,7 @@ def train_stage(model: Transformer, spec: StageSpec, cfg: TrainConfig, out_dir: 
     ckpt_every = math.ceil(cfg.checkpoint_every / cfg.eval_every) * cfg.eval_every
 
     step, best_acc, best_step, history, wall_before = 0, -1.0, 0, [], 0.0
-    lr_scale, decayed_at = 1.0, 0  # lr decay on a stall: current factor, step of the last decay
-    longest = spec.max_pairs if cfg.ramp_target is None else cfg.ramp_start or spec.min_pairs
-    if not spec.min_pairs <= longest <= spec.max_pairs:
-        raise ValueError(f"TrainConfig.ramp_start={cfg.ramp_start} must lie in the stage's "
-                         f"min_pairs..max_pairs ({spec.min_pairs}..{spec.max_pairs})")
+    longest = spec.max_pairs if cfg.ramp_target is None else spec.min_pairs
     best_state = {k: v.detach().clone() for k, v in model.state_dict().items()}
     resumed = _load_resume(out_dir / RESUME_FILE, key, model, opt)
     if resumed is not None:
@@ -243,7 +225,6 @@ def train_stage(model: Transformer, spec: StageSpec, cfg: TrainConfig, out_dir: 
         step, best_acc, best_step, history = (progress[k] for k in ("step", "best_acc", "best_step", "history"))
         wall_before = progress.get("wall_seconds", 0.0)
         longest = progress.get("longest", longest)
-        lr_scale, decayed_at = progress.get("lr_scale", 1.0), progress.get("decayed_at", 0)
         rng.bit_generator.state = progress["rng_state"]
         log.info("resumed %s from step %d (best val acc %.4f)", stage, step, best_acc)
     current = replace(spec, max_pairs=longest)
@@ -260,7 +241,7 @@ def train_stage(model: Transformer, spec: StageSpec, cfg: TrainConfig, out_dir: 
         grad_norm = float(torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip))
         step += 1
         for g in opt.param_groups:
-            g["lr"] = lr_at(step, cfg) * lr_scale
+            g["lr"] = lr_at(step, cfg)
         opt.step()
         losses.append(loss.item())
         if callback is not None:
@@ -272,7 +253,7 @@ def train_stage(model: Transformer, spec: StageSpec, cfg: TrainConfig, out_dir: 
         rate = (step - step_last) / max(now - t_last, 1e-9)
         t_last, step_last = now, step
         history.append({"step": step, "train_loss": float(np.mean(losses)), "val_accuracy": acc,
-                        "lr": lr_at(step, cfg) * lr_scale, "grad_norm": grad_norm, "steps_per_s": rate,
+                        "lr": lr_at(step, cfg), "grad_norm": grad_norm, "steps_per_s": rate,
                         "finite": bool(np.isfinite(losses).all()), "max_pairs": longest})
         losses = []
         if acc >= best_acc + cfg.min_delta or best_acc < 0:
@@ -291,7 +272,6 @@ def train_stage(model: Transformer, spec: StageSpec, cfg: TrainConfig, out_dir: 
                 current = replace(spec, max_pairs=longest)
                 val = validation_set(current, cfg, bank=bank)
                 best_acc, best_step = -1.0, step  # from here on the best is judged on the longer range
-                lr_scale, decayed_at = 1.0, step  # a new length is learnt at the full rate
                 log.info("%s step %d: ramp to %d..%d objects", stage, step, spec.min_pairs, longest)
         elif cfg.target_accuracy is not None and acc >= cfg.target_accuracy:
             reason = "target_accuracy"
@@ -299,16 +279,10 @@ def train_stage(model: Transformer, spec: StageSpec, cfg: TrainConfig, out_dir: 
         if (step - best_step) >= cfg.patience * cfg.eval_every:
             reason = "plateau"
             break
-        floor = cfg.min_lr / cfg.lr
-        if (cfg.lr_decay is not None and lr_scale > floor
-                and step - max(best_step, decayed_at) >= cfg.lr_patience * cfg.eval_every):
-            lr_scale, decayed_at = max(lr_scale * cfg.lr_decay, floor), step
-            log.info("%s step %d: no new best in %d validations, lr -> %.2e", stage, step, cfg.lr_patience,
-                     cfg.lr * lr_scale)
         if step % ckpt_every == 0:
             progress = {"step": step, "best_acc": best_acc, "best_step": best_step, "history": history,
                         "rng_state": rng.bit_generator.state, "wall_seconds": wall_before + time.time() - t0,
-                        "longest": longest, "lr_scale": lr_scale, "decayed_at": decayed_at}
+                        "longest": longest}
             _save_resume(out_dir / RESUME_FILE, key, model, opt, progress, best_state)
 
     model.load_state_dict(best_state)
