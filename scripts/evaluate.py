@@ -8,7 +8,7 @@ import torch
 from vlbind import config as vlconfig
 from vlbind.checkpoint import load_model
 from vlbind.cli import setup_logging
-from vlbind.evaluate import EvalConfig, divergence, evaluate, ood_average
+from vlbind.evaluate import EvalConfig, convergence, divergence, evaluate, ood_average
 from vlbind.files import atomic_write
 
 sm = snakemake  # noqa: F821
@@ -23,6 +23,9 @@ table["seed"] = meta["train_config"]["seed"]
 curves = {Path(p).parent.name: pd.read_parquet(p) for p in sm.input.curves}
 why = divergence(curves, sm.params.divergence["collapse_drop"])
 table["diverged"], table["divergence"] = why is not None, why or ""
+short = convergence(table, sm.params.divergence["min_in_distribution"])
+table["converged"], table["convergence"] = short is None, short or ""
 atomic_write(Path(sm.output.table), lambda tmp: table.to_parquet(tmp, index=False))
-log.info("%s %s: OOD average %.4f%s\n%s", sm.wildcards.variant, sm.wildcards.run, ood_average(table),
-         f" (DIVERGED: {why})" if why else "", table.to_string())
+marks = "".join(f" ({mark}: {reason})" for mark, reason in (("DIVERGED", why), ("NOT CONVERGED", short)) if reason)
+log.info("%s %s: OOD average %.4f%s\n%s", sm.wildcards.variant, sm.wildcards.run, ood_average(table), marks,
+         table.to_string())

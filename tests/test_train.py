@@ -32,11 +32,10 @@ class Kill(Exception):
     pass
 
 
-RAMP_SPEC = StageSpec(8, 8, 8, 2, 5, shuffle=True)
-RAMP_CFG = TrainConfig(**{**CFG.__dict__, "ramp_target": 0.0})  # every validation passes: one more object
+DENSE_CFG = TrainConfig(**{**CFG.__dict__, "queries": "all"})
 
 
-@pytest.mark.parametrize("spec, cfg", [(SPEC, CFG), (RAMP_SPEC, RAMP_CFG)], ids=["plain", "length_ramp"])
+@pytest.mark.parametrize("spec, cfg", [(SPEC, CFG), (SPEC, DENSE_CFG)], ids=["plain", "dense"])
 def test_resume_after_kill_reaches_the_uninterrupted_weights(tmp_path, spec, cfg):
     ref = fresh()
     train_stage(ref, spec, cfg, tmp_path / "ref", stage="text_s1")
@@ -126,38 +125,6 @@ def test_stage_keeps_best_weights_and_stops_at_target(tmp_path):
     assert meta["stopped_because"] == "target_accuracy" and meta["steps"] == cfg.eval_every
 
 
-def test_length_ramp_adds_one_object_per_passed_validation(tmp_path, monkeypatch):
-    import vlbind.train
-
-    longest_trained = []  # the longest prompt of each training batch, in step order
-
-    def recording(spec, batch_size, rng, **kw):
-        batch = generate(spec, batch_size, rng, **kw)
-        if batch_size == RAMP_CFG.batch_size:
-            longest_trained.append(int(batch.n_pairs.max()))
-        return batch
-
-    monkeypatch.setattr(vlbind.train, "generate", recording)
-    cfg = TrainConfig(**{**RAMP_CFG.__dict__, "target_accuracy": 0.0})
-    meta = train_stage(fresh(), RAMP_SPEC, cfg, tmp_path, stage="text_s3")
-    e = cfg.eval_every
-    # 2 objects until the first validation, then 2..3, 2..4, 2..5; the target is judged on the full range only
-    assert meta["steps"] == 4 * e and meta["stopped_because"] == "target_accuracy"
-    assert meta["max_pairs_reached"] == 5
-    for level, longest in enumerate((2, 3, 4)):
-        assert max(longest_trained[level * e:(level + 1) * e]) <= longest
-    assert max(longest_trained[3 * e:]) == 5
-    assert pd.read_parquet(tmp_path / "metrics.parquet")["max_pairs"].tolist() == [2, 3, 4, 5]
-
-
-def test_length_ramp_waits_for_its_target(tmp_path):
-    cfg = TrainConfig(**{**RAMP_CFG.__dict__, "ramp_target": 1.0, "target_accuracy": 0.0})
-    meta = train_stage(fresh(), RAMP_SPEC, cfg, tmp_path, stage="text_s3")
-    assert meta["max_pairs_reached"] == 2 and meta["steps"] == cfg.max_steps  # a random model never scores 1.0
-    from vlbind.figures import training_summary
-    assert training_summary([tmp_path / "meta.json"])["max_objects"].tolist() == [2]  # not the stage's 5
-
-
 def test_warmup_then_constant():
     cfg = TrainConfig(lr=1e-3, warmup_steps=2000)
     assert lr_at(1, cfg) == pytest.approx(1e-3 / 2000)
@@ -217,3 +184,39 @@ def test_bad_train_config_names_the_key():
         TrainConfig(queries="some")
     with pytest.raises(ValueError, match="lrr"):
         TrainConfig.from_dict({"lrr": 1})
+
+
+def eval_table(variant, run, accuracy_in, accuracy_out, diverged=False, min_in_distribution=None):
+    from vlbind.evaluate import convergence
+
+    t = pd.DataFrame({"n_objects": [2, 8, 9, 12], "accuracy": [accuracy_in] * 2 + [accuracy_out] * 2,
+                      "in_distribution": [True, True, False, False]})
+    why = convergence(t, min_in_distribution)
+    return t.assign(variant=variant, run=run, diverged=diverged, converged=why is None, convergence=why or "")
+
+
+def test_convergence_rule_marks_runs_below_the_bar_only_when_set():
+    from vlbind.evaluate import convergence
+
+    t = eval_table("text_only", "seed0", 0.9, 0.3)
+    assert convergence(t, None) is None and convergence(t, 0.9) is None
+    assert convergence(t, 0.95) == "mean in-distribution accuracy 0.900 < 0.95"
+
+
+def test_runs_below_the_bar_or_diverged_are_left_out_of_means_and_counted(tmp_path):
+    from vlbind.figures import fig3, fig8, ood_summary
+
+    df = pd.concat([eval_table("text_only", "seed0", 0.99, 0.4, min_in_distribution=0.95),
+                    eval_table("text_only", "seed1", 0.97, 0.2, min_in_distribution=0.95),
+                    eval_table("text_only", "seed2", 0.50, 0.9, min_in_distribution=0.95),   # below the bar
+                    eval_table("text_only", "seed3", 0.99, 0.9, diverged=True),
+                    eval_table("noise_text", "seed0", 0.30, 0.1, min_in_distribution=0.95)])  # none used
+    s = ood_summary(df)
+    assert s.loc["text_only", ["runs", "diverged_runs", "unconverged_runs"]].tolist() == [2, 1, 1]
+    assert s.loc["text_only", "ood_mean"] == pytest.approx(0.3)  # seeds 0 and 1 only
+    assert s.loc["text_only", "ood_se"] == pytest.approx(np.std([0.4, 0.2], ddof=1) / np.sqrt(2))
+    assert s.loc["noise_text", ["runs", "unconverged_runs"]].tolist() == [0, 1] and np.isnan(s.loc["noise_text",
+                                                                                                    "ood_mean"])
+    fig3(df, tmp_path / "fig3.pdf")
+    fig8(df, tmp_path / "fig8.pdf")
+    assert (tmp_path / "fig3.pdf").read_bytes().startswith(b"%PDF")

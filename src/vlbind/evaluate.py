@@ -64,13 +64,23 @@ def divergence(curves: dict[str, pd.DataFrame], collapse_drop: float) -> str | N
         bad = curve[~curve["finite"]]
         if len(bad):
             return f"{stage}: non-finite loss by step {int(bad['step'].iloc[0])}"
-        if "max_pairs" in curve:  # a length ramp validates on a growing range: compare like with like
-            curve = curve[curve["max_pairs"] == curve["max_pairs"].iloc[-1]]
         best = curve.loc[curve["val_accuracy"].idxmax()]
         last = curve.iloc[-1]
         if last["val_accuracy"] < best["val_accuracy"] - collapse_drop:
             return (f"{stage}: validation accuracy collapsed from {best['val_accuracy']:.3f} "
                     f"(step {int(best['step'])}) to {last['val_accuracy']:.3f} (step {int(last['step'])})")
+    return None
+
+
+def convergence(table: pd.DataFrame, min_in_distribution: float | None) -> str | None:
+    """Why a run counts as not converged, or None: its mean accuracy over the in-distribution lengths of
+    `table` (one evaluation) lies below `min_in_distribution` (None: the rule is off). Such runs are marked
+    and left out of means like diverged ones (divergence)."""
+    if min_in_distribution is None:
+        return None
+    inside = float(table.loc[table["in_distribution"], "accuracy"].mean())
+    if inside < min_in_distribution:
+        return f"mean in-distribution accuracy {inside:.3f} < {min_in_distribution}"
     return None
 
 

@@ -2,9 +2,10 @@
 
 fig3: text-modality accuracy vs number of objects, mean +- standard error over runs per variant, the
 training range shaded, each variant's OOD average (mean over runs of the per-run OOD average) in the legend.
-Runs marked diverged by the evaluation (evaluate.divergence) are left out of means and counted in the legend.
+Runs marked diverged or not converged by the evaluation (evaluate.divergence, evaluate.convergence) are left
+out of means and counted in the legend.
 fig7: example renderings from the image bank.
-fig8: one panel per variant with every run drawn individually (appendix E), diverged runs dashed.
+fig8: one panel per variant with every run drawn individually (appendix E), runs left out of means dashed.
 fig4 / fig9: interchange label shares per layer, per variant (mean over runs) / per run with its circuit.
 fig10: attention-knockout accuracy drops per variant (role x role matrix, and appendix G's matching edges).
 fig11: probe decodability per layer, one panel per role, per variant (color of the bound object).
@@ -40,25 +41,40 @@ def read_eval_tables(paths: list[str | Path]) -> pd.DataFrame:
     return pd.concat(frames, ignore_index=True)
 
 
+def _diverged(df: pd.DataFrame) -> pd.Series:
+    return df["diverged"] if "diverged" in df else pd.Series(False, index=df.index)
+
+
+def _unconverged(df: pd.DataFrame) -> pd.Series:
+    return ~df["converged"] if "converged" in df else pd.Series(False, index=df.index)
+
+
 def converged(df: pd.DataFrame) -> pd.DataFrame:
-    """The rows of runs not marked diverged (tables written before the divergence rule count as converged)."""
-    return df[~df["diverged"]] if "diverged" in df else df
+    """The rows of runs neither diverged nor below the convergence bar (tables written before either rule
+    count as converged)."""
+    return df[~_diverged(df) & ~_unconverged(df)]
 
 
 def ood_summary(df: pd.DataFrame) -> pd.DataFrame:
-    """Per variant: runs used, runs left out as diverged, mean and standard error of the per-run OOD averages."""
-    excluded = df.groupby("variant")["run"].nunique() - converged(df).groupby("variant")["run"].nunique()
-    per_run = (converged(df).groupby(["variant", "run"]).apply(ood_average, include_groups=False)
-               .rename("ood").reset_index())
+    """Per variant: runs used, runs left out as diverged and as not converged, mean and standard error of the
+    per-run OOD averages of the runs used (NaN for a variant with none)."""
+    variants = df["variant"].unique()
+    diverged = df[_diverged(df)].groupby("variant")["run"].nunique().reindex(variants, fill_value=0)
+    unconverged = df[~_diverged(df) & _unconverged(df)].groupby("variant")["run"].nunique().reindex(variants,
+                                                                                                    fill_value=0)
+    used = converged(df)
+    per_run = (used.groupby(["variant", "run"]).apply(ood_average, include_groups=False).rename("ood").reset_index()
+               if len(used) else pd.DataFrame({"variant": [], "run": [], "ood": []}))
     g = per_run.groupby("variant")["ood"]
     out = pd.DataFrame({"runs": g.size(), "ood_mean": g.mean(), "ood_se": g.std(ddof=1) / np.sqrt(g.size())})
-    out["diverged_runs"] = excluded.reindex(out.index).fillna(0).astype(int)
+    out = out.reindex(variants).fillna({"runs": 0}).astype({"runs": int})
+    out["diverged_runs"], out["unconverged_runs"] = diverged.astype(int), unconverged.astype(int)
     return out.reindex([v for v in VARIANT_ORDER if v in out.index] + [v for v in out.index if v not in VARIANT_ORDER])
 
 
 def training_summary(meta_paths: list[str | Path]) -> pd.DataFrame:
-    """One row per trained stage: run, stage, steps, best step and validation accuracy, the longest prompt it
-    trained on (below the stage's max_pairs where a length ramp stopped early), why it stopped, wall time."""
+    """One row per trained stage: run, stage, steps, best step and validation accuracy, why it stopped, wall
+    time."""
     import json
 
     rows = []
@@ -66,7 +82,6 @@ def training_summary(meta_paths: list[str | Path]) -> pd.DataFrame:
         meta = json.loads(Path(p).read_text())
         rows.append({"run": Path(p).parent.parent.name, "stage": meta["stage"], "steps": meta["steps"],
                      "best_step": meta["best_step"], "best_val_accuracy": meta["best_val_accuracy"],
-                     "max_objects": meta.get("max_pairs_reached", meta["stage_spec"]["max_pairs"]),
                      "stopped_because": meta["stopped_because"], "wall_minutes": meta["wall_seconds"] / 60})
     return pd.DataFrame(rows)
 
@@ -93,17 +108,24 @@ def fig3(df: pd.DataFrame, path: str | Path, note: str = "") -> None:
         se = (d.std(ddof=1) / np.sqrt(n)).fillna(0.0)
         s = summary.loc[v]
         se_text = f" ± {100 * s.ood_se:.1f}" if s.runs > 1 else ""
-        left_out = f", {s.diverged_runs} diverged left out" if s.diverged_runs else ""
-        label = f"{v} (OOD {100 * s.ood_mean:.1f}%{se_text}, {int(s.runs)} runs{left_out})"
+        label = f"{v} (OOD {100 * s.ood_mean:.1f}%{se_text}, {int(s.runs)} runs{_left_out(s)})"
         color = VARIANT_COLORS.get(v)
         ax.plot(mean.index, mean.values, marker="o", ms=3, color=color, label=label)
         ax.fill_between(mean.index, mean - se, mean + se, color=color, alpha=0.25, lw=0)
     n = np.arange(df["n_objects"].min(), df["n_objects"].max() + 1)
+    for v in set(_variants(df)) - set(_variants(used)):  # every run left out: say so
+        ax.plot([], [], color=VARIANT_COLORS.get(v), label=f"{v} (no run used{_left_out(summary.loc[v])})")
     ax.plot(n, 1 / n, ls=":", color="0.4", lw=1, label="chance (1 / objects)")
     ax.set(xlabel="number of objects in context", ylabel="accuracy (text modality, query by color)", ylim=(0, 1.02))
     ax.set_title(_title("Indirect retrieval: accuracy vs context size", note), fontsize=9)
     ax.legend(fontsize=7, loc="upper right")
     _save(fig, path)
+
+
+def _left_out(s: pd.Series) -> str:
+    parts = [f"{s.diverged_runs} diverged"] if s.diverged_runs else []
+    parts += [f"{s.unconverged_runs} not converged"] if s.unconverged_runs else []
+    return f", {' and '.join(parts)} left out" if parts else ""
 
 
 def fig8(df: pd.DataFrame, path: str | Path, note: str = "") -> None:
@@ -113,9 +135,9 @@ def fig8(df: pd.DataFrame, path: str | Path, note: str = "") -> None:
         _train_range(ax, df)
         d = df[df["variant"] == v]
         for run, r in d.groupby("run"):
-            diverged = bool(r["diverged"].iloc[0]) if "diverged" in r else False
-            label = f"{run} (OOD {100 * ood_average(r):.1f}%{', diverged' if diverged else ''})"
-            ax.plot(r["n_objects"], r["accuracy"], marker="o", ms=2, lw=1, ls="--" if diverged else "-", label=label)
+            why = "diverged" if _diverged(r).iloc[0] else "not converged" if _unconverged(r).iloc[0] else ""
+            label = f"{run} (OOD {100 * ood_average(r):.1f}%{', ' + why if why else ''})"
+            ax.plot(r["n_objects"], r["accuracy"], marker="o", ms=2, lw=1, ls="--" if why else "-", label=label)
         ax.set(title=v, xlabel="number of objects", ylim=(0, 1.02))
         ax.legend(fontsize=6, loc="lower left")
     axes[0][0].set_ylabel("accuracy")

@@ -9,13 +9,6 @@ is saved atomically every `checkpoint_every` steps and a killed run resumes from
 weights as an uninterrupted one; a saved state whose settings differ is discarded, not resumed (a raised
 `max_steps` is not a difference: kill a stage, raise its cap, and it resumes).
 
-Length ramp (`ramp_target`, off by default; not in the paper): the stage starts on prompts of `min_pairs`
-objects and lets the longest prompt grow by one object each time validation accuracy on the current range
-reaches `ramp_target`, until the stage's `max_pairs`. Validation always uses the current range; the stop rules
-above judge the full range only (a plateau before it stops the stage there), and `max_steps` caps the whole
-stage. A small model on CPU gets through 2..8 objects this way where "all lengths at once" sits at chance
-(docs/results/mini/).
-
 Dense supervision (`queries: "all"`, not in the paper): each training prompt queries every object of its
 context in one packed sequence (tasks.pack_queries), n labels for one pass; validation stays single-query.
 """
@@ -28,7 +21,7 @@ import logging
 import math
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -41,7 +34,7 @@ from . import __version__
 from .checkpoint import load_optimizer_tensors, load_tensors, optimizer_tensors, save_model, save_tensors
 from .model import Transformer
 from .settings import from_dict
-from .tasks import BY_COLOR, Batch, Role, StageSpec, batch_sizes, generate, pack_queries
+from .tasks import BY_COLOR, Batch, StageSpec, batch_sizes, generate, pack_queries
 
 if TYPE_CHECKING:
     from .bank import ImageBank
@@ -66,8 +59,7 @@ class TrainConfig:
     checkpoint_every: int = 1000  # rounded up to a multiple of eval_every
     precision: str = "fp32"  # "fp32" or "bf16" (autocast)
     queries: str = "one"  # training prompts: "one" query each (paper) or "all" objects queried (pack_queries)
-    association_loss: float = 0.0  # weight of the association-key loss (training_loss); 0: off (paper)
-    ramp_target: float | None = None  # length ramp (see module doc); None: all lengths from the start
+    query_loss: float = 0.0  # weight of the query-grounding loss (training_loss); 0: off (paper)
     seed: int = 0
 
     def __post_init__(self) -> None:
@@ -132,32 +124,31 @@ def prompt_loss(logits: torch.Tensor, target: np.ndarray) -> torch.Tensor:
     return ((losses.view_as(target) * has).sum(1) / has.sum(1).clamp(min=1)).mean()
 
 
-def association_targets(batch: Batch) -> tuple[np.ndarray, np.ndarray]:
-    """(positions, targets) (B, P) of the association keys and the attribute each key's object shows beside it
-    in the context (its color when keys are shapes), -1 beyond a prompt's list."""
-    B, P = batch.colors.shape
-    pos = np.full((B, P), -1)
-    r, t = np.nonzero(batch.roles == Role.ASSOCIATION_KEY)
-    j = np.concatenate([np.arange(c) for c in np.bincount(r, minlength=B)])
-    pos[r, j] = t
-    slot = np.where(pos >= 0, batch.slots[np.arange(B)[:, None], np.maximum(pos, 0)], 0)
-    other = np.where((batch.query_by == BY_COLOR)[:, None], batch.colors, batch.shapes)
-    return pos, np.where(pos >= 0, np.take_along_axis(other, slot, 1), -1)
+def query_targets(batch: Batch) -> tuple[np.ndarray, np.ndarray]:
+    """(positions, targets) (B, Q) of each query token and the attribute its object shows beside it in the
+    context (its shape when queried by color): the first hop of retrieval, -1 where there is no query."""
+    at = batch.answer_pos if batch.answer_pos.ndim == 2 else batch.answer_pos[:, None]
+    slot = batch.query_slot if batch.query_slot.ndim == 2 else batch.query_slot[:, None]
+    other = np.where((batch.query_by == BY_COLOR)[:, None], batch.shapes, batch.colors)
+    target = np.take_along_axis(other, np.maximum(slot, 0), 1)
+    return np.where(at >= 0, at - 1, -1), np.where(at >= 0, target, -1)
 
 
 def training_loss(model: Transformer, batch: Batch, cfg: TrainConfig, device, bank: ImageBank | None = None):
-    """The stage's loss on one training batch: [ANSWER] cross-entropy, plus cfg.association_loss times the
-    association-key loss (association_targets), in one forward pass."""
+    """The stage's loss on one training batch: [ANSWER] cross-entropy, plus cfg.query_loss times the
+    query-grounding loss (query_targets), in one forward pass."""
     at, target = batch.answer_pos, batch.target
     if at.ndim == 1:
         at, target = at[:, None], target[:, None]
-    if not cfg.association_loss:
-        return prompt_loss(answer_logits(model, batch, device, cfg.precision, bank, at=at), target)
-    pos, key_target = association_targets(batch)
-    logits = answer_logits(model, batch, device, cfg.precision, bank, at=np.concatenate([at, pos], 1))
-    Q = at.shape[1]
-    return (prompt_loss(logits[:, :Q], target)
-            + cfg.association_loss * prompt_loss(logits[:, Q:], key_target))
+    parts = [(1.0, at, target)]
+    if cfg.query_loss:
+        parts.append((cfg.query_loss, *query_targets(batch)))
+    logits = answer_logits(model, batch, device, cfg.precision, bank, at=np.concatenate([p[1] for p in parts], 1))
+    loss, k = 0.0, 0
+    for weight, pos, tgt in parts:
+        loss = loss + weight * prompt_loss(logits[:, k:k + pos.shape[1]], tgt)
+        k += pos.shape[1]
+    return loss
 
 
 def autocast(device, precision: str):
@@ -217,22 +208,19 @@ def train_stage(model: Transformer, spec: StageSpec, cfg: TrainConfig, out_dir: 
     ckpt_every = math.ceil(cfg.checkpoint_every / cfg.eval_every) * cfg.eval_every
 
     step, best_acc, best_step, history, wall_before = 0, -1.0, 0, [], 0.0
-    longest = spec.max_pairs if cfg.ramp_target is None else spec.min_pairs
     best_state = {k: v.detach().clone() for k, v in model.state_dict().items()}
     resumed = _load_resume(out_dir / RESUME_FILE, key, model, opt)
     if resumed is not None:
         progress, best_state = resumed
         step, best_acc, best_step, history = (progress[k] for k in ("step", "best_acc", "best_step", "history"))
         wall_before = progress.get("wall_seconds", 0.0)
-        longest = progress.get("longest", longest)
         rng.bit_generator.state = progress["rng_state"]
         log.info("resumed %s from step %d (best val acc %.4f)", stage, step, best_acc)
-    current = replace(spec, max_pairs=longest)
-    val = validation_set(current, cfg, bank=bank)
+    val = validation_set(spec, cfg, bank=bank)
 
     t0, t_last, step_last, losses, reason = time.time(), time.time(), step, [], "max_steps"
     while step < cfg.max_steps:
-        batch = generate(current, cfg.batch_size, rng, bank=bank)
+        batch = generate(spec, cfg.batch_size, rng, bank=bank)
         if cfg.queries == "all":
             batch = pack_queries(batch)
         loss = training_loss(model, batch, cfg, device, bank)
@@ -254,26 +242,19 @@ def train_stage(model: Transformer, spec: StageSpec, cfg: TrainConfig, out_dir: 
         t_last, step_last = now, step
         history.append({"step": step, "train_loss": float(np.mean(losses)), "val_accuracy": acc,
                         "lr": lr_at(step, cfg), "grad_norm": grad_norm, "steps_per_s": rate,
-                        "finite": bool(np.isfinite(losses).all()), "max_pairs": longest})
+                        "finite": bool(np.isfinite(losses).all())})
         losses = []
         if acc >= best_acc + cfg.min_delta or best_acc < 0:
             best_acc, best_step = acc, step
             best_state = {k: v.detach().clone() for k, v in model.state_dict().items()}
         log.info("%s step %d/%d objects %d..%d loss %.4f val_acc %.4f best %.4f@%d | %.1f steps/s, %.0f tok/s, "
-                 "ETA to cap %s", stage, step, cfg.max_steps, spec.min_pairs, longest, history[-1]["train_loss"],
+                 "ETA to cap %s", stage, step, cfg.max_steps, spec.min_pairs, spec.max_pairs, history[-1]["train_loss"],
                  acc, best_acc, best_step, rate, rate * cfg.batch_size * batch.tokens.shape[1],
                  _eta((cfg.max_steps - step) / max(rate, 1e-9)))
         if not history[-1]["finite"]:
             reason = "non_finite_loss"
             break
-        if longest < spec.max_pairs:
-            if acc >= cfg.ramp_target:
-                longest += 1
-                current = replace(spec, max_pairs=longest)
-                val = validation_set(current, cfg, bank=bank)
-                best_acc, best_step = -1.0, step  # from here on the best is judged on the longer range
-                log.info("%s step %d: ramp to %d..%d objects", stage, step, spec.min_pairs, longest)
-        elif cfg.target_accuracy is not None and acc >= cfg.target_accuracy:
+        if cfg.target_accuracy is not None and acc >= cfg.target_accuracy:
             reason = "target_accuracy"
             break
         if (step - best_step) >= cfg.patience * cfg.eval_every:
@@ -282,13 +263,13 @@ def train_stage(model: Transformer, spec: StageSpec, cfg: TrainConfig, out_dir: 
         if step % ckpt_every == 0:
             progress = {"step": step, "best_acc": best_acc, "best_step": best_step, "history": history,
                         "rng_state": rng.bit_generator.state, "wall_seconds": wall_before + time.time() - t0,
-                        "longest": longest}
+}
             _save_resume(out_dir / RESUME_FILE, key, model, opt, progress, best_state)
 
     model.load_state_dict(best_state)
     meta = {"stage": stage, "parent": parent, "stage_spec": spec.to_dict(), "train_config": asdict(cfg),
             "model_config": model.cfg.to_dict(), "steps": step, "best_step": best_step,
-            "best_val_accuracy": best_acc, "max_pairs_reached": longest, "stopped_because": reason,
+            "best_val_accuracy": best_acc, "stopped_because": reason,
             "resumed": resumed is not None,
             "wall_seconds": wall_before + time.time() - t0, "vlbind_version": __version__}
     save_model(out_dir, model, meta, pd.DataFrame(history))
