@@ -34,7 +34,7 @@ from . import __version__
 from .checkpoint import load_optimizer_tensors, load_tensors, optimizer_tensors, save_model, save_tensors
 from .model import Transformer
 from .settings import from_dict
-from .tasks import BY_COLOR, Batch, StageSpec, batch_sizes, generate, pack_queries
+from .tasks import Batch, StageSpec, batch_sizes, generate, pack_queries
 
 if TYPE_CHECKING:
     from .bank import ImageBank
@@ -59,7 +59,6 @@ class TrainConfig:
     checkpoint_every: int = 1000  # rounded up to a multiple of eval_every
     precision: str = "fp32"  # "fp32" or "bf16" (autocast)
     queries: str = "one"  # training prompts: "one" query each (paper) or "all" objects queried (pack_queries)
-    query_loss: float = 0.0  # weight of the query-grounding loss (training_loss); 0: off (paper)
     seed: int = 0
 
     def __post_init__(self) -> None:
@@ -124,31 +123,12 @@ def prompt_loss(logits: torch.Tensor, target: np.ndarray) -> torch.Tensor:
     return ((losses.view_as(target) * has).sum(1) / has.sum(1).clamp(min=1)).mean()
 
 
-def query_targets(batch: Batch) -> tuple[np.ndarray, np.ndarray]:
-    """(positions, targets) (B, Q) of each query token and the attribute its object shows beside it in the
-    context (its shape when queried by color): the first hop of retrieval, -1 where there is no query."""
-    at = batch.answer_pos if batch.answer_pos.ndim == 2 else batch.answer_pos[:, None]
-    slot = batch.query_slot if batch.query_slot.ndim == 2 else batch.query_slot[:, None]
-    other = np.where((batch.query_by == BY_COLOR)[:, None], batch.shapes, batch.colors)
-    target = np.take_along_axis(other, np.maximum(slot, 0), 1)
-    return np.where(at >= 0, at - 1, -1), np.where(at >= 0, target, -1)
-
-
 def training_loss(model: Transformer, batch: Batch, cfg: TrainConfig, device, bank: ImageBank | None = None):
-    """The stage's loss on one training batch: [ANSWER] cross-entropy, plus cfg.query_loss times the
-    query-grounding loss (query_targets), in one forward pass."""
+    """The stage's loss on one training batch, single-query or packed: cross-entropy at [ANSWER] (prompt_loss)."""
     at, target = batch.answer_pos, batch.target
     if at.ndim == 1:
         at, target = at[:, None], target[:, None]
-    parts = [(1.0, at, target)]
-    if cfg.query_loss:
-        parts.append((cfg.query_loss, *query_targets(batch)))
-    logits = answer_logits(model, batch, device, cfg.precision, bank, at=np.concatenate([p[1] for p in parts], 1))
-    loss, k = 0.0, 0
-    for weight, pos, tgt in parts:
-        loss = loss + weight * prompt_loss(logits[:, k:k + pos.shape[1]], tgt)
-        k += pos.shape[1]
-    return loss
+    return prompt_loss(answer_logits(model, batch, device, cfg.precision, bank, at=at), target)
 
 
 def autocast(device, precision: str):
