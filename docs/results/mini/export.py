@@ -3,7 +3,7 @@
     python docs/results/mini/export.py
 
 Figures (results/figures/*.pdf) and the DAG's tables (results/tables/*.csv) are copied; the per-run
-parquet files are concatenated into eval_by_length.csv and one CSV per analysis; job_wall_times.csv
+parquet files are concatenated into eval_by_length.csv and one CSV per analysis that ran; job_wall_times.csv
 lists every job's Snakemake benchmark (wall seconds).
 """
 import shutil
@@ -15,18 +15,19 @@ ROOT = Path(__file__).resolve().parents[3]
 RESULTS, OUT = ROOT / "results", Path(__file__).resolve().parent
 
 
-def concat(pattern: str) -> pd.DataFrame:
+def concat(pattern: str) -> pd.DataFrame | None:
     files = sorted(RESULTS.glob(pattern))
-    if not files:
-        raise SystemExit(f"no files match results/{pattern}: run the mini DAG first")
-    return pd.concat([pd.read_parquet(f) for f in files], ignore_index=True)
+    return pd.concat([pd.read_parquet(f) for f in files], ignore_index=True) if files else None
 
 
 for path in sorted((RESULTS / "figures").glob("*.pdf")) + sorted((RESULTS / "tables").glob("*.csv")):
     shutil.copyfile(path, OUT / path.name)
-concat("eval/*/*.parquet").to_csv(OUT / "eval_by_length.csv", index=False)
-for kind in ("interchange", "knockout", "probes", "layer_relevance"):
-    concat(f"interp/{kind}/*/*.parquet").to_csv(OUT / f"{kind}.csv", index=False)
+if (table := concat("eval/*/*.parquet")) is None:
+    raise SystemExit("no results/eval/*/*.parquet: run the mini DAG first")
+table.to_csv(OUT / "eval_by_length.csv", index=False)
+for kind in ("interchange", "knockout", "probes", "layer_relevance"):  # a text-arm-only run has none
+    if (table := concat(f"interp/{kind}/*/*.parquet")) is not None:
+        table.to_csv(OUT / f"{kind}.csv", index=False)
 bench = RESULTS / "benchmarks"
 rows = [{"job": str(p.relative_to(bench).with_suffix("")), "rule": p.relative_to(bench).parts[0],
          "seconds": pd.read_csv(p, sep="\t")["s"].iloc[0]} for p in sorted(bench.rglob("*.tsv"))]
