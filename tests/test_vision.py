@@ -304,3 +304,16 @@ def test_image_stage_trains_and_resumes_identically(tmp_path, precision):
     assert metas[0]["steps"] == 6 and os.path.exists(tmp_path / "a" / "metrics.parquet")
     batch = generate(spec, 4, np.random.default_rng(0), bank=bank, task=RETRIEVAL)
     assert answer_logits(a, batch, "cpu", precision, bank=bank).shape == (4, a.cfg.vocab_size)
+
+
+def test_random_weight_encoders_are_seeded_and_leave_the_callers_rng_alone():
+    """Two extractions of a bank must see the same random weights (else their features are unrelated)."""
+    spec = EncoderSpec("resnet18", pretrained=False)
+    torch.manual_seed(1)
+    before = torch.rand(3)
+    torch.manual_seed(1)
+    a = load_encoder(spec).state_dict()
+    assert torch.equal(torch.rand(3), before)  # the global stream continues as if nothing was drawn
+    torch.manual_seed(2)
+    b = load_encoder(spec).state_dict()
+    assert all(torch.equal(a[k], b[k]) for k in a)

@@ -38,6 +38,9 @@ log = logging.getLogger(__name__)
 HUB_HOST = "huggingface.co"
 
 
+RANDOM_WEIGHTS_SEED = 0  # seeds an encoder's random weights (pretrained: false), so extractions agree
+
+
 class EncoderWeightsError(RuntimeError):
     pass
 
@@ -91,12 +94,15 @@ def _weights_help(spec: EncoderSpec, why: str) -> str:
 
 
 def load_encoder(spec: EncoderSpec) -> torch.nn.Module:
-    """The frozen encoder in eval mode, classifier removed."""
+    """The frozen encoder in eval mode, classifier removed; random weights (`pretrained: false`) are drawn from
+    RANDOM_WEIGHTS_SEED, so every extraction of a bank gives the same features."""
     import timm
 
     kwargs = dict(num_classes=0, **spec.model_kwargs)
-    if not spec.pretrained:
-        model = timm.create_model(spec.timm_name, pretrained=False, **kwargs)
+    if not spec.pretrained:  # random weights, the same in every process; the caller's RNG is left untouched
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(RANDOM_WEIGHTS_SEED)
+            model = timm.create_model(spec.timm_name, pretrained=False, **kwargs)
     else:
         file = spec.checkpoint
         if file is not None and not Path(file).is_file():
