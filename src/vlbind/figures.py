@@ -123,8 +123,8 @@ def fig3(df: pd.DataFrame, path: str | Path, note: str = "") -> None:
 
 
 def _left_out(s: pd.Series) -> str:
-    parts = [f"{s.diverged_runs} diverged"] if s.diverged_runs else []
-    parts += [f"{s.unconverged_runs} not converged"] if s.unconverged_runs else []
+    parts = [f"{int(s.diverged_runs)} diverged"] if s.diverged_runs else []
+    parts += [f"{int(s.unconverged_runs)} not converged"] if s.unconverged_runs else []
     return f", {' and '.join(parts)} left out" if parts else ""
 
 
