@@ -10,7 +10,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 from test_tasks import solve
-from test_vision import make_bank
+from test_vision import make_bank, solve_image_prompt
 
 from vlbind.model import ModelConfig, Transformer
 from vlbind.tasks import IMAGE, Role, StageSpec, assemble, generate, pack_queries, prompt_text
@@ -57,20 +57,6 @@ def unpack(packed, p):
                    query_slot=packed.query_slot[:, p], blocks=None)
 
 
-def solve_image(b, i, objects) -> int:
-    """Answer of image prompt i, from the bank's object table and the prompt's text part, either direction."""
-    images = list(dict.fromkeys(b.image_ids[i, b.roles[i] == Role.CONTEXT_IMAGE].tolist()))  # in context order
-    table = objects.set_index(["image", "object"]).sort_index()
-    pairs = [(VOCAB.color_offset + r.color - 1, VOCAB.shape_offset + r.shape - 1)
-             for img in images for r in table.loc[img].itertuples()]
-    end = np.flatnonzero(b.tokens[i] == VOCAB.context_end)[0]
-    text = b.tokens[i, end + 1: b.answer_pos[i] - 2].tolist()
-    assoc = {text[k]: text[k + 1] for k in range(0, len(text), 3)}
-    query = b.tokens[i, b.answer_pos[i] - 1]
-    (entity,) = [s if c == query else c for c, s in pairs if query in (c, s)]
-    return assoc[entity] if assoc else entity
-
-
 def cases(tmp_path):
     rng = np.random.default_rng(7)
     for name, spec in TEXT_SPECS.items():
@@ -101,7 +87,7 @@ def test_every_block_target_is_recomputed_from_its_own_tokens(tmp_path):
             u = unpack(pb, p)
             for i in np.flatnonzero(b.n_pairs > p):
                 if u.modality[i] == IMAGE:
-                    assert solve_image(u, i, bank.objects) == u.target[i], name
+                    assert solve_image_prompt(u, i, bank.objects) == u.target[i], name
                 else:
                     assert solve(prompt_text(u, i)) == VOCAB.tokens[u.target[i]], name
                 assert u.slots[i, u.answer_pos[i] - 1] == p  # the query names slot p

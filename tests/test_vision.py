@@ -136,9 +136,9 @@ def make_bank(tmp_path, layout, tokens=4, dim=6, **kw) -> ImageBank:
 
 
 def solve_image_prompt(b, i, objects: pd.DataFrame) -> int:
-    """Answer of image prompt i, recomputed from the bank's object table and the prompt's text part."""
-    ctx = np.flatnonzero(b.roles[i] == Role.CONTEXT_IMAGE)
-    images = list(dict.fromkeys(b.image_ids[i, ctx].tolist()))  # in context order
+    """Answer of image prompt i, recomputed from the bank's object table and the prompt's text part (queried
+    by color or by shape)."""
+    images = list(dict.fromkeys(b.image_ids[i, b.roles[i] == Role.CONTEXT_IMAGE].tolist()))  # in context order
     table = objects.set_index(["image", "object"]).sort_index()
     pairs = [(VOCAB.color_offset + r.color - 1, VOCAB.shape_offset + r.shape - 1)
              for img in images for r in table.loc[img].itertuples()]
@@ -146,8 +146,8 @@ def solve_image_prompt(b, i, objects: pd.DataFrame) -> int:
     text = b.tokens[i, end + 1: b.answer_pos[i] - 2].tolist()
     assoc = {text[k]: text[k + 1] for k in range(0, len(text), 3)}
     query = b.tokens[i, b.answer_pos[i] - 1]
-    shape = dict(pairs)[query]
-    return assoc[shape] if assoc else shape
+    (entity,) = [s if c == query else c for c, s in pairs if query in (c, s)]
+    return assoc[entity] if assoc else entity
 
 
 @pytest.mark.parametrize("layout", ["per_object", "canvas"])
