@@ -344,7 +344,7 @@ def _materialize(b: Batch, vocab: Vocab) -> Batch:
     """Write noise out as [NOISE] tokens at the positions the noise jumps leave empty."""
     B, T = b.tokens.shape
     length = b.answer_pos + 1
-    full_len = b.positions[np.arange(B), b.answer_pos] + 1  # noise gaps and jumps included
+    full_len = b.positions[np.arange(B), b.answer_pos] + 1  # noise gaps included
     Tm = int(full_len.max())
     inside = np.arange(Tm)[None, :] < full_len[:, None]
     tokens = np.where(inside, vocab.noise, vocab.pad).astype(np.int64)
