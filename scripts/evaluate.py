@@ -23,9 +23,9 @@ table["seed"] = meta["train_config"]["seed"]
 curves = {Path(p).parent.name: pd.read_parquet(p) for p in sm.input.curves}
 why = divergence(curves, sm.params.divergence["collapse_drop"])
 table["diverged"], table["divergence"] = why is not None, why or ""
-short = convergence(table, sm.params.divergence["min_in_distribution"])
-table["converged"], table["convergence"] = short is None, short or ""
+shortfall = convergence(table, sm.params.divergence["min_in_distribution"])
+table["converged"], table["convergence"] = shortfall is None, shortfall or ""
 atomic_write(Path(sm.output.table), lambda tmp: table.to_parquet(tmp, index=False))
-marks = "".join(f" ({mark}: {reason})" for mark, reason in (("DIVERGED", why), ("NOT CONVERGED", short)) if reason)
+marks = "".join(f" ({mark}: {reason})" for mark, reason in (("DIVERGED", why), ("NOT CONVERGED", shortfall)) if reason)
 log.info("%s %s: OOD average %.4f%s\n%s", sm.wildcards.variant, sm.wildcards.run, ood_average(table), marks,
          table.to_string())

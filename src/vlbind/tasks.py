@@ -213,10 +213,8 @@ def assemble(n, colors, shapes, items, order, query_slot, task, query_by, gap, m
     task_, by, q = task, query_by, query_slot  # short names for the layout arithmetic below
     valid = np.arange(P)[None, :] < n[:, None]
     K = bank.tokens_per_image if bank is not None else 0
-    if bank is not None and bank.layout == "canvas":
-        ctx = np.where(pictured, K, 2 * n)
-    else:
-        ctx = np.where(pictured, K * n, 2 * n)
+    pictured_ctx = K if bank is not None and bank.layout == "canvas" else K * n  # one canvas, or an image per object
+    ctx = np.where(pictured, pictured_ctx, 2 * n)
 
     listed = task_ != GROUNDING  # prompts with an association list
     length = np.where(listed, ctx + 3 * n + 3, ctx + 4)
@@ -299,7 +297,7 @@ def pack_queries(batch: Batch, vocab: Vocab = VOCAB) -> Batch:
     src = np.minimum(t, T - 1)
 
     def copy(a, fill):
-        return np.where(shared, np.take_along_axis(a, src.repeat(B, 0), axis=1), fill).astype(a.dtype)
+        return np.where(shared, np.take_along_axis(a, src, axis=1), fill).astype(a.dtype)
 
     tokens, roles, slots = copy(batch.tokens, vocab.pad), copy(batch.roles, Role.PAD), copy(batch.slots, -1)
     image_ids, patches, positions = copy(batch.image_ids, -1), copy(batch.patches, -1), copy(batch.positions, 0)
