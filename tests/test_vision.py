@@ -126,9 +126,9 @@ def test_pretrained_weights_missing_fail_at_once_with_help(monkeypatch, tmp_path
         load_encoder(EncoderSpec("resnet18.a1_in1k", checkpoint=str(tmp_path / "nope.safetensors")))
 
 
-def make_bank(tmp_path, layout, tokens=4, dim=6, **kw) -> ImageBank:
+def make_bank(tmp_path, layout, tokens=4, dim=6, variants=2, **kw) -> ImageBank:
     """A rendered bank with random stand-in features (the prompt logic never looks inside them)."""
-    cfg = RenderConfig(layout=layout, size=64, variants=2, n_images=200, **kw)
+    cfg = RenderConfig(layout=layout, size=64, variants=variants, n_images=200, **kw)
     objects = layout_objects(cfg)
     n = objects["image"].max() + 1
     rng = np.random.default_rng(0)
@@ -317,3 +317,56 @@ def test_random_weight_encoders_are_seeded_and_leave_the_callers_rng_alone():
     torch.manual_seed(2)
     b = load_encoder(spec).state_dict()
     assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+@pytest.mark.parametrize("layout", ["per_object", "canvas"])
+def test_bank_split_holds_renderings_out_of_training(layout, tmp_path):
+    bank = make_bank(tmp_path, layout, **({"variants": 4} if layout == "per_object" else {}))
+    train, val = bank.split(0.25)
+    rng = np.random.default_rng(0)
+    if layout == "per_object":
+        colors, shapes = np.repeat(np.arange(8), 13 * 50), np.tile(np.arange(13), 8 * 50)
+        seen = {k: set(b.sample_object_images(colors, shapes, rng).tolist()) for k, b in (("t", train), ("v", val))}
+        assert len(seen["v"]) == 8 * 13 and len(seen["t"]) == 3 * 8 * 13  # one of 4 renderings per pair held out
+    else:
+        n = np.full(2000, 4)
+        seen = {k: set(b.sample_canvases(n, rng).tolist()) for k, b in (("t", train), ("v", val))}
+        assert seen["v"] and min(seen["v"]) > max(seen["t"])  # the last quarter of the canvases
+    assert not seen["t"] & seen["v"]
+    assert bank.split(0.25)[0].features is bank.features  # views, not copies
+
+
+def test_bank_split_needs_a_rendering_left_for_training(tmp_path):
+    bank = make_bank(tmp_path, "per_object", variants=1)
+    with pytest.raises(ValueError, match="render.variants"):
+        bank.split(0.25)
+
+
+def test_image_stage_validates_on_held_out_renderings_only(tmp_path, monkeypatch):
+    import vlbind.train as train
+
+    bank = make_bank(tmp_path, "per_object", dim=6, variants=4)
+    shown = {"train": set(), "val": set()}
+    real_generate, real_validation_set = train.generate, train.validation_set
+    phase = ["train"]
+
+    def generate(*args, **kwargs):
+        b = real_generate(*args, **kwargs)
+        shown[phase[0]] |= set(b.image_ids[b.image_ids >= 0].tolist())
+        return b
+
+    def validation_set(*args, **kwargs):
+        phase[0] = "val"
+        try:
+            return real_validation_set(*args, **kwargs)
+        finally:
+            phase[0] = "train"
+
+    monkeypatch.setattr(train, "generate", generate)
+    monkeypatch.setattr(train, "validation_set", validation_set)
+    spec = StageSpec(n_colors=8, n_shapes=13, n_items=8, max_pairs=3, grounding_fraction=0.5, image_fraction=1.0)
+    cfg = TrainConfig(warmup_steps=2, batch_size=16, eval_every=4, val_size=64, max_steps=8, target_accuracy=None)
+    train.train_stage(tiny().attach_projector(6), spec, cfg, tmp_path / "run", stage="image", bank=bank)
+    assert shown["train"] and shown["val"] and not shown["train"] & shown["val"]
+    held_out = set(bank.images_of[:, :, -1].ravel().tolist())  # val_images 0.25 of 4 renderings: the last one
+    assert shown["val"] <= held_out

@@ -20,11 +20,13 @@ SEEDS = (0, 1)
 TEXT_STAGES = ["text_s1", "text_s2", "text_s3", "text_s4", "text_s5", "noise_text", "grounding"]
 VISION_STAGES = ["image", "mixed", "image_text", "noise_image_text"]
 VARIANTS = ["text_only", "noise_text", "image_text", "noise_image_text"]
-ENCODER = "vit_tiny"  # config/smoke.yaml
+ENCODERS = ("vit_tiny", "cnn_tiny")  # config/smoke.yaml: random weights, and pretrained by the DAG
+ENCODER = ENCODERS[0]
 ANALYSES = ["interchange", "knockout", "probes", "layer_relevance"]
 INTERP_FIGURES = ["fig4", "fig9", "fig10", "fig11", "fig12", "fig13", "fig_layer_relevance"]
 RUNS = {"text_only": [f"seed{s}" for s in SEEDS], "noise_text": [f"seed{s}" for s in SEEDS],
-        "image_text": [f"seed{s}-{ENCODER}" for s in SEEDS], "noise_image_text": [f"seed{s}-{ENCODER}" for s in SEEDS]}
+        "image_text": [f"seed{s}-{e}" for s in SEEDS for e in ENCODERS],
+        "noise_image_text": [f"seed{s}-{e}" for s in SEEDS for e in ENCODERS]}
 
 
 def snakemake(workdir, *args, check=True):
@@ -59,10 +61,12 @@ def dry_run_with(tree: Path, tmp_path: Path, overlay: str) -> set[tuple[str, str
     return scheduled(snakemake(tree, "-n", "--configfile", "config/smoke.yaml", str(tmp_path / "change.yaml")).stdout)
 
 
-def downstream_of_models(variants) -> set[tuple[str, str]]:
-    """What retraining the models of `variants` reruns after them: evaluation, analyses, figures, tables."""
-    jobs = {("evaluate", f"variant={v}, run={r}") for v in variants for r in RUNS[v]}
-    jobs |= {("analyze", f"analysis={a}, variant={v}, run={r}") for a in ANALYSES for v in variants for r in RUNS[v]}
+def downstream_of_models(variants, encoder=None) -> set[tuple[str, str]]:
+    """What retraining the models of `variants` (of one `encoder`'s runs, if given) reruns after them:
+    evaluation, analyses, figures, tables."""
+    runs = {v: [r for r in RUNS[v] if encoder is None or r.endswith(f"-{encoder}")] for v in variants}
+    jobs = {("evaluate", f"variant={v}, run={r}") for v in variants for r in runs[v]}
+    jobs |= {("analyze", f"analysis={a}, variant={v}, run={r}") for a in ANALYSES for v in variants for r in runs[v]}
     jobs |= {("fig3", ""), ("fig8", ""), ("ood_table", ""), ("training_table", ""), ("all", ""), ("circuits", "")}
     return jobs | {("interp_figure", f"fig={f}") for f in INTERP_FIGURES}
 
@@ -86,7 +90,8 @@ def test_smoke_dag_draws_fig3_fig7_and_fig8_with_all_four_variants(smoke_tree):
     summary = pd.read_csv(smoke_tree / "results/tables/ood_accuracy.csv", index_col=0)
     assert list(summary.index) == VARIANTS and (summary["runs"] == 2).all()
     training = pd.read_csv(smoke_tree / "results/tables/training.csv")
-    assert len(training) == len(SEEDS) * (len(TEXT_STAGES) + len(VISION_STAGES)) and (training["steps"] == 10).all()
+    assert len(training) == len(SEEDS) * (len(TEXT_STAGES) + len(ENCODERS) * len(VISION_STAGES))
+    assert (training["steps"] == 10).all()
 
 
 def test_smoke_dag_runs_every_analysis_on_every_model_and_draws_their_figures(smoke_tree):
@@ -103,17 +108,19 @@ def test_smoke_dag_runs_every_analysis_on_every_model_and_draws_their_figures(sm
 
 
 def test_every_stage_has_a_checkpoint_and_every_job_a_log(smoke_tree):
-    for s in SEEDS:
-        for stage in TEXT_STAGES + VISION_STAGES:
-            run = f"seed{s}" if stage in TEXT_STAGES else f"seed{s}-{ENCODER}"
-            d = smoke_tree / f"results/models/{run}/{stage}"
-            assert {"model.safetensors", "meta.json", "metrics.parquet"} <= {p.name for p in d.iterdir()}
-            assert (smoke_tree / f"results/logs/train/{run}/{stage}.log").stat().st_size > 0
-    assert len(list((smoke_tree / "results/logs/evaluate").rglob("*.log"))) == 8
-    for log in ("render/per_object.log", f"features/{ENCODER}/per_object.log", "figures/fig7.log"):
+    runs = [(f"seed{s}", stage) for s in SEEDS for stage in TEXT_STAGES]
+    runs += [(f"seed{s}-{e}", stage) for s in SEEDS for e in ENCODERS for stage in VISION_STAGES]
+    for run, stage in runs:
+        d = smoke_tree / f"results/models/{run}/{stage}"
+        assert {"model.safetensors", "meta.json", "metrics.parquet"} <= {p.name for p in d.iterdir()}
+        assert (smoke_tree / f"results/logs/train/{run}/{stage}.log").stat().st_size > 0
+    assert len(list((smoke_tree / "results/logs/evaluate").rglob("*.log"))) == sum(len(r) for r in RUNS.values())
+    logs = ["render/per_object.log", "figures/fig7.log", "encoders/cnn_tiny.log"]
+    for log in logs + [f"features/{e}/per_object.log" for e in ENCODERS]:
         assert (smoke_tree / "results/logs" / log).stat().st_size > 0
-    meta = json.loads((smoke_tree / f"results/models/seed0-{ENCODER}/image/meta.json").read_text())
-    assert meta["parent"] == "results/models/seed0/grounding" and meta["model_config"]["image_dim"] == 192
+    for encoder, dim in (("vit_tiny", 192), ("cnn_tiny", 512)):
+        meta = json.loads((smoke_tree / f"results/models/seed0-{encoder}/image/meta.json").read_text())
+        assert meta["parent"] == "results/models/seed0/grounding" and meta["model_config"]["image_dim"] == dim
 
 
 def test_complete_tree_schedules_nothing(smoke_tree):
@@ -124,7 +131,8 @@ def test_complete_tree_schedules_nothing(smoke_tree):
 def test_changed_stage_parameter_reruns_exactly_that_stage_and_descendants(smoke_tree, tmp_path):
     jobs = dry_run_with(smoke_tree, tmp_path, "stages:\n  text_s3:\n    train: {lr: 0.002}\n")
     expected = {("train_text", f"seed={s}, stage={st}") for s in SEEDS for st in TEXT_STAGES[2:]}
-    expected |= {("train_vision", f"seed={s}, encoder={ENCODER}, stage={st}") for s in SEEDS for st in VISION_STAGES}
+    expected |= {("train_vision", f"seed={s}, encoder={e}, stage={st}")
+                 for s in SEEDS for e in ENCODERS for st in VISION_STAGES}
     assert jobs == expected | downstream_of_models(VARIANTS)
 
 
@@ -139,7 +147,15 @@ def test_changed_encoder_setting_reruns_only_its_features_and_vision_stages(smok
     jobs = dry_run_with(smoke_tree, tmp_path, f"encoders:\n  {ENCODER}: {{grid: 1}}\n")
     expected = {("extract_features", f"encoder={ENCODER}, layout=per_object")}
     expected |= {("train_vision", f"seed={s}, encoder={ENCODER}, stage={st}") for s in SEEDS for st in VISION_STAGES}
-    assert jobs == expected | downstream_of_models(VARIANTS[2:])
+    assert jobs == expected | downstream_of_models(VARIANTS[2:], ENCODER)
+
+
+def test_changed_pretraining_setting_repretrains_that_encoder_and_reruns_its_features_and_vision_stages(
+        smoke_tree, tmp_path):
+    jobs = dry_run_with(smoke_tree, tmp_path, "encoders:\n  cnn_tiny: {pretrain: {lr: 0.01}}\n")
+    expected = {("pretrain_encoder", "encoder=cnn_tiny"), ("extract_features", "encoder=cnn_tiny, layout=per_object")}
+    expected |= {("train_vision", f"seed={s}, encoder=cnn_tiny, stage={st}") for s in SEEDS for st in VISION_STAGES}
+    assert jobs == expected | downstream_of_models(VARIANTS[2:], "cnn_tiny")
 
 
 def test_changed_eval_setting_retrains_nothing(smoke_tree, tmp_path):
@@ -158,6 +174,8 @@ def test_changed_eval_setting_retrains_nothing(smoke_tree, tmp_path):
     ("vision: {encoders: [resnet_999]}", "vision.encoders"),
     ("stages: {text_s2: {task: {image_fraction: 0.5}}}", "stages.text_s2.task.image_fraction"),
     ("render: {layout: mosaic}", "render.layout"),
+    ("encoders: {cnn_tiny: {pretrain: {epochs: 0}}}", "encoders.cnn_tiny.pretrain.epochs"),
+    ("encoders: {cnn_tiny: {checkpoint: w.safetensors}}", "encoders.cnn_tiny"),
 ])
 def test_malformed_config_fails_at_dag_build_naming_the_key(tmp_path, overlay, key):
     work = copy_workflow(tmp_path / "wf")

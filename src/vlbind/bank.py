@@ -8,6 +8,7 @@ centre; -1 for background), which is what `Batch.slots` reports at image positio
 
 from __future__ import annotations
 
+import copy
 import json
 import math
 from dataclasses import dataclass
@@ -79,6 +80,27 @@ class ImageBank:
             inside = (cx >= r.x0) & (cx < r.x1) & (cy >= r.y0) & (cy < r.y1)
             slots[r.image, inside] = r.object
         return slots
+
+    def split(self, held_out: float) -> tuple[ImageBank, ImageBank]:
+        """(training, validation) views of the bank that share no image: validation gets `held_out` of every
+        color-shape pair's renderings (per_object) or of the canvases (canvas), at least one, and training
+        the rest. Raises ValueError when nothing would be left for training."""
+        train, val = copy.copy(self), copy.copy(self)
+        if self.layout == "per_object":
+            variants = self.images_of.shape[2]
+            k = max(1, round(held_out * variants))
+            if k >= variants:
+                raise ValueError(f"the image bank has {variants} rendering(s) per color-shape pair: too few to hold "
+                                 f"{held_out:.0%} out for validation; render more (render.variants)")
+            train.images_of, val.images_of = self.images_of[:, :, :-k], self.images_of[:, :, -k:]
+        else:
+            n_images = len(self.canvas_n)
+            k = max(1, round(held_out * n_images))
+            if k >= n_images:
+                raise ValueError(f"the canvas bank has {n_images} canvases: too few to hold {held_out:.0%} out")
+            held = np.arange(n_images) >= n_images - k
+            train.canvas_n, val.canvas_n = np.where(held, -1, self.canvas_n), np.where(held, self.canvas_n, -1)
+        return train, val
 
     def sample_object_images(self, colors: np.ndarray, shapes: np.ndarray, rng: np.random.Generator) -> np.ndarray:
         """per_object: a random variant's image id for each (0-based color, shape); -1 stays -1."""

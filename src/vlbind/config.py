@@ -64,6 +64,10 @@ def validate(config: dict) -> dict:
     if unknown:
         raise ConfigError(f"invalid config at 'vision.encoders': {sorted(unknown)} not defined under 'encoders' "
                           f"(defined: {sorted(config['encoders'])})")
+    for name, encoder in config["encoders"].items():
+        if encoder.get("pretrain") is not None and encoder.get("checkpoint") is not None:
+            raise ConfigError(f"invalid config at 'encoders.{name}': set either 'pretrain' (the DAG trains the "
+                              "weights) or 'checkpoint' (a weights file you provide), not both")
     for name, stage in config["stages"].items():
         if stage["task"].get("image_fraction", 0.0) > 0 and name not in VISION_STAGES:
             raise ConfigError(f"invalid config at 'stages.{name}.task.image_fraction': only the stages "
@@ -146,9 +150,18 @@ def uses_images(config: dict, stage: str) -> bool:
 
 
 def encoder_spec(config: dict, name: str) -> dict:
+    """The encoder's section; one with a `pretrain` section loads the weights the DAG pretrains for it."""
     if name not in config["encoders"]:
         raise ConfigError(f"unknown encoder {name!r}; configured under 'encoders': {sorted(config['encoders'])}")
-    return canonical(config["encoders"][name])
+    spec = dict(config["encoders"][name])
+    if spec.get("pretrain") is not None:
+        spec.update(pretrained=True, checkpoint=pretrained_encoder_file(name))
+    return canonical(spec)
+
+
+def pretrained_encoder_file(name: str) -> str:
+    """Where the pretrain_encoder rule writes encoder `name`'s weights."""
+    return f"results/encoders/{name}.safetensors"
 
 
 def run_name(seed: int, stage: str, encoder: str | None = None) -> str:

@@ -52,6 +52,7 @@ class EncoderSpec:
     checkpoint: str | None = None  # a local weights file to use instead of the hub
     grid: int | None = None  # pool the token grid to grid x grid; None keeps every patch (paper)
     model_kwargs: dict = field(default_factory=dict)  # passed to timm.create_model (e.g. img_size)
+    pretrain: dict | None = None  # set: weights pretrained on renderings by the DAG (encoder_pretrain.py)
 
     @classmethod
     def from_dict(cls, d: dict) -> EncoderSpec:

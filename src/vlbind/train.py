@@ -59,6 +59,7 @@ class TrainConfig:
     checkpoint_every: int = 1000  # rounded up to a multiple of eval_every
     precision: str = "fp32"  # "fp32" or "bf16" (autocast)
     queries: str = "one"  # training prompts: "one" query each (paper) or "all" objects queried (pack_queries)
+    val_images: float = 0.25  # share of the image bank's renderings held out from training for validation
     seed: int = 0
 
     def __post_init__(self) -> None:
@@ -66,6 +67,8 @@ class TrainConfig:
             raise ValueError(f"TrainConfig.precision={self.precision!r}; valid: 'fp32', 'bf16'")
         if self.queries not in ("one", "all"):
             raise ValueError(f"TrainConfig.queries={self.queries!r}; valid: 'one', 'all'")
+        if not 0 < self.val_images < 1:
+            raise ValueError(f"TrainConfig.val_images={self.val_images} must lie in (0, 1)")
         for key in ("batch_size", "eval_every", "val_size", "max_steps", "patience", "checkpoint_every"):
             if getattr(self, key) < 1:
                 raise ValueError(f"TrainConfig.{key}={getattr(self, key)} must be >= 1")
@@ -196,7 +199,10 @@ def train_stage(model: Transformer, spec: StageSpec, cfg: TrainConfig, out_dir: 
         wall_before = progress.get("wall_seconds", 0.0)
         rng.bit_generator.state = progress["rng_state"]
         log.info("resumed %s from step %d (best val acc %.4f)", stage, step, best_acc)
-    val = validation_set(spec, cfg, bank=bank)
+    val_bank = None
+    if bank is not None:  # validation shows renderings that training never does
+        bank, val_bank = bank.split(cfg.val_images)
+    val = validation_set(spec, cfg, bank=val_bank)
 
     t0, t_last, step_last, losses, reason = time.time(), time.time(), step, [], "max_steps"
     while step < cfg.max_steps:
@@ -216,7 +222,7 @@ def train_stage(model: Transformer, spec: StageSpec, cfg: TrainConfig, out_dir: 
             callback(step)
         if step % cfg.eval_every and step != cfg.max_steps:
             continue
-        acc = accuracy(model, val, device, cfg.precision, bank)
+        acc = accuracy(model, val, device, cfg.precision, val_bank)
         now = time.time()
         rate = (step - step_last) / max(now - t_last, 1e-9)
         t_last, step_last = now, step

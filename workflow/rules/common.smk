@@ -38,6 +38,13 @@ def stage_features(wildcards):
     return [f"results/features/{wildcards.encoder}/{LAYOUT}.npy", f"{BANK}/objects.parquet"]
 
 
+def encoder_weights(wildcards):
+    """The weights file the DAG pretrains for an encoder with a `pretrain` section (none for the others)."""
+    if config["encoders"][wildcards.encoder].get("pretrain") is None:
+        return []
+    return [vlconfig.pretrained_encoder_file(wildcards.encoder)]
+
+
 def variant_model(wildcards):
     seed, encoder = vlconfig.parse_run(wildcards.run)
     return model_file(seed, vlconfig.VARIANT_STAGE[wildcards.variant], encoder)

@@ -18,10 +18,37 @@ rule render_bank:
         "../../scripts/render.py"
 
 
+rule pretrain_encoder:
+    output:
+        weights=vlconfig.pretrained_encoder_file("{encoder}"),
+        report="results/encoders/{encoder}.json",
+    log:
+        "results/logs/encoders/{encoder}.log",
+    benchmark:
+        "results/benchmarks/encoders/{encoder}.tsv"
+    priority: 10
+    conda:
+        "../envs/vlbind.yaml"
+    threads: config["resources"]["train_threads"]
+    resources:
+        gpu=config["resources"]["train_gpus"],
+        runtime=config["resources"]["train_runtime_min"],
+        mem_mb=config["resources"]["train_mem_mb"],
+    params:
+        encoder=lambda wc: vlconfig.encoder_spec(config, wc.encoder),
+        size=config["render"]["size"],
+        n_colors=config["render"]["n_colors"],
+        precision=vlconfig.canonical(config["train"]["precision"]),
+        device=config["device"],
+    script:
+        "../../scripts/pretrain_encoder.py"
+
+
 rule extract_features:
     input:
         objects="results/banks/{layout}/objects.parquet",
         images="results/banks/{layout}/images",
+        weights=encoder_weights,
     output:
         features="results/features/{encoder}/{layout}.npy",
         index="results/features/{encoder}/{layout}.json",

@@ -1,0 +1,126 @@
+"""Pretraining a small frozen encoder on renderings, for machines without a model hub (the mini scale).
+
+The paper's encoders are supervised ImageNet models (appendix D.6). Random-weight ones see almost nothing
+(issue 26: a random ResNet-152's features decode shape at 0.25 on held-out renderings), so mini trains its
+own: a timm CNN from scratch, supervised to classify the color and the shape of one rendered object, on a
+bank rendered apart from the image bank (its own seed, wider range of sizes, random places). The two
+linear heads are thrown away; the backbone is saved as safetensors and then loaded like any other local
+checkpoint (`encoders.load_encoder`). Images are normalised as extraction normalises them.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from .encoders import normalizer, to_tensor
+from .files import atomic_write
+from .render import SHAPES, RenderConfig, layout_objects, render
+from .settings import from_dict
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class PretrainConfig:
+    variants: int = 48  # renderings per color-shape pair
+    held_out: float = 0.1  # share of them kept out of training, to report accuracy on
+    min_scale: float = 0.2  # shape side / image side; wider than the image bank's, so the encoder sees it all
+    max_scale: float = 0.8
+    epochs: int = 4
+    batch_size: int = 64
+    lr: float = 2.0e-3
+    seed: int = 1  # renders and initialises; the image bank renders from render.seed (0)
+
+    def __post_init__(self) -> None:
+        if self.variants < 2:
+            raise ValueError(f"PretrainConfig.variants={self.variants}: need >= 2 (one is held out)")
+        if not 0 < self.held_out < 1:
+            raise ValueError(f"PretrainConfig.held_out={self.held_out} must lie in (0, 1)")
+
+    @classmethod
+    def from_dict(cls, d: dict) -> PretrainConfig:
+        return from_dict(cls, d)
+
+
+def render_set(cfg: PretrainConfig, size: int, n_colors: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(images (N, size, size, 3) uint8, color (N,), shape (N,)) with 0-based labels, one object per image."""
+    objects = layout_objects(RenderConfig(size=size, n_colors=n_colors, variants=cfg.variants, seed=cfg.seed,
+                                          min_scale=cfg.min_scale, max_scale=cfg.max_scale))
+    images = np.stack([render([(r.color - 1, r.shape - 1, (r.x0, r.y0, r.x1, r.y1))], size)
+                       for r in objects.itertuples()])
+    return images, objects["color"].to_numpy() - 1, objects["shape"].to_numpy() - 1
+
+
+def pretrain(timm_name: str, cfg: PretrainConfig, size: int, n_colors: int, out: Path, *,
+             device: str = "cpu", precision: str = "fp32", model_kwargs: dict | None = None) -> dict:
+    """Train `timm_name` from scratch to classify color and shape; save its backbone (no classifier) to `out`
+    (safetensors) and its held-out accuracies to `out` with suffix .json. Returns those accuracies."""
+    import timm
+    from safetensors.torch import save_file
+
+    t0 = time.time()
+    images, colors, shapes = render_set(cfg, size, n_colors)
+    rng = np.random.default_rng(cfg.seed)
+    test = rng.random(len(images)) < cfg.held_out
+    log.info("rendered %d images (%d held out) in %.0f s", len(images), test.sum(), time.time() - t0)
+
+    torch.manual_seed(cfg.seed)
+    model = timm.create_model(timm_name, pretrained=False, num_classes=0, **(model_kwargs or {})).to(device)
+    heads = torch.nn.ModuleDict({"color": torch.nn.Linear(model.num_features, n_colors),
+                                 "shape": torch.nn.Linear(model.num_features, len(SHAPES))}).to(device)
+    mean, std = normalizer(model)
+    opt = torch.optim.AdamW([*model.parameters(), *heads.parameters()], lr=cfg.lr)
+    train_ids = np.flatnonzero(~test)
+    steps = cfg.epochs * (len(train_ids) // cfg.batch_size)
+    sched = torch.optim.lr_scheduler.OneCycleLR(opt, cfg.lr, total_steps=steps)
+    labels = {"color": torch.from_numpy(colors), "shape": torch.from_numpy(shapes)}
+
+    def logits(ids):
+        x = to_tensor(images[ids], mean, std).to(device)
+        with torch.autocast(torch.device(device).type, dtype=torch.bfloat16, enabled=precision == "bf16"):
+            f = model(x)
+            return {k: h(f).float() for k, h in heads.items()}
+
+    step, t0 = 0, time.time()
+    model.train()
+    for epoch in range(cfg.epochs):
+        order = rng.permutation(train_ids)
+        for start in range(0, len(order) - cfg.batch_size + 1, cfg.batch_size):
+            ids = order[start:start + cfg.batch_size]
+            out_ = logits(ids)
+            loss = sum(F.cross_entropy(out_[k], labels[k][ids].to(device)) for k in heads)
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+            sched.step()
+            step += 1
+            if step % 25 == 0 or step == steps:
+                rate = step / (time.time() - t0)
+                log.info("epoch %d step %d/%d: loss %.3f, %.1f steps/s, ETA %.0f s", epoch + 1, step, steps,
+                         loss.item(), rate, (steps - step) / rate)
+
+    model.eval()
+    hits = {k: 0 for k in heads}
+    with torch.no_grad():
+        test_ids = np.flatnonzero(test)
+        for start in range(0, len(test_ids), 256):
+            ids = test_ids[start:start + 256]
+            for k, v in logits(ids).items():
+                hits[k] += int((v.argmax(-1).cpu() == labels[k][ids]).sum())
+    result = {f"held_out_{k}_accuracy": hits[k] / len(test_ids) for k in heads}
+    result.update(timm_name=timm_name, images=len(images), held_out=int(test.sum()), steps=steps,
+                  seconds=round(time.time() - t0, 1), config=asdict(cfg))
+    log.info("held-out accuracy: color %.3f, shape %.3f", result["held_out_color_accuracy"],
+             result["held_out_shape_accuracy"])
+    state = {k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()}
+    atomic_write(out, lambda tmp: save_file(state, tmp))
+    atomic_write(Path(out).with_suffix(".json"), lambda tmp: Path(tmp).write_text(json.dumps(result, indent=2) + "\n"))
+    return result
