@@ -11,6 +11,12 @@ weights as an uninterrupted one; a saved state whose settings differ is discarde
 
 Dense supervision (`queries: "all"`, not in the paper): each training prompt queries every object of its
 context in one packed sequence (tasks.pack_queries), n labels for one pass; validation stays single-query.
+
+Binding loss (`binding_loss` > 0, not in the paper): at each association item of a retrieval prompt the
+model also predicts the attribute a query would name for that item's object (its color when the list is
+keyed by shapes), weighted by `binding_loss`. The paper's only label is the answer, which rewards no
+intermediate step (its appendix D.3); this one rewards binding each item to its object, after which the
+answer is a one-step lookup of the query among the items.
 """
 
 from __future__ import annotations
@@ -34,7 +40,7 @@ from . import __version__
 from .checkpoint import load_optimizer_tensors, load_tensors, optimizer_tensors, save_model, save_tensors
 from .model import Transformer
 from .settings import from_dict
-from .tasks import Batch, StageSpec, batch_sizes, generate, pack_queries
+from .tasks import BY_COLOR, RETRIEVAL, Batch, Role, StageSpec, batch_sizes, generate, pack_queries
 
 if TYPE_CHECKING:
     from .bank import ImageBank
@@ -59,6 +65,7 @@ class TrainConfig:
     checkpoint_every: int = 1000  # rounded up to a multiple of eval_every
     precision: str = "fp32"  # "fp32" or "bf16" (autocast)
     queries: str = "one"  # training prompts: "one" query each (paper) or "all" objects queried (pack_queries)
+    binding_loss: float = 0.0  # weight of the binding loss (module doc); 0: off (paper)
     val_images: float = 0.25  # share of the image bank's renderings held out from training for validation
     seed: int = 0
 
@@ -67,6 +74,8 @@ class TrainConfig:
             raise ValueError(f"TrainConfig.precision={self.precision!r}; valid: 'fp32', 'bf16'")
         if self.queries not in ("one", "all"):
             raise ValueError(f"TrainConfig.queries={self.queries!r}; valid: 'one', 'all'")
+        if self.binding_loss < 0:
+            raise ValueError(f"TrainConfig.binding_loss={self.binding_loss} must be >= 0")
         if not 0 < self.val_images < 1:
             raise ValueError(f"TrainConfig.val_images={self.val_images} must lie in (0, 1)")
         for key in ("batch_size", "eval_every", "val_size", "max_steps", "patience", "checkpoint_every"):
@@ -126,12 +135,30 @@ def prompt_loss(logits: torch.Tensor, target: np.ndarray) -> torch.Tensor:
     return ((losses.view_as(target) * has).sum(1) / has.sum(1).clamp(min=1)).mean()
 
 
+def binding_targets(batch: Batch) -> tuple[np.ndarray, np.ndarray]:
+    """(positions, targets), each (B, P): the association items of retrieval prompts and, for each, the
+    attribute a query names for its object (its color when the list is keyed by shapes); -1 elsewhere."""
+    B, P = batch.colors.shape
+    pos = np.full((B, P), -1)
+    r, t = np.nonzero((batch.roles == Role.ASSOCIATION_ITEM) & (batch.task == RETRIEVAL)[:, None])
+    pos[r, np.concatenate([np.arange(c) for c in np.bincount(r, minlength=B)])] = t
+    slot = batch.slots[np.arange(B)[:, None], np.maximum(pos, 0)]
+    named = np.where((batch.query_by == BY_COLOR)[:, None], batch.colors, batch.shapes)
+    return pos, np.where(pos >= 0, np.take_along_axis(named, np.maximum(slot, 0), 1), -1)
+
+
 def training_loss(model: Transformer, batch: Batch, cfg: TrainConfig, device, bank: ImageBank | None = None):
-    """The stage's loss on one training batch, single-query or packed: cross-entropy at [ANSWER] (prompt_loss)."""
+    """The stage's loss on one training batch, single-query or packed: cross-entropy at [ANSWER] (prompt_loss),
+    plus `cfg.binding_loss` times the binding loss (binding_targets), from one forward pass."""
     at, target = batch.answer_pos, batch.target
     if at.ndim == 1:
         at, target = at[:, None], target[:, None]
-    return prompt_loss(answer_logits(model, batch, device, cfg.precision, bank, at=at), target)
+    if not cfg.binding_loss:
+        return prompt_loss(answer_logits(model, batch, device, cfg.precision, bank, at=at), target)
+    pos, bound = binding_targets(batch)
+    logits = answer_logits(model, batch, device, cfg.precision, bank, at=np.concatenate([at, pos], 1))
+    Q = at.shape[1]
+    return prompt_loss(logits[:, :Q], target) + cfg.binding_loss * prompt_loss(logits[:, Q:], bound)
 
 
 def autocast(device, precision: str):
