@@ -28,5 +28,7 @@ if sm.input.get("features"):
     bank = ImageBank.open(Path(objects).parent, features)
 if "projector" in params:  # the first image stage gives the text model its visual projector
     model.attach_projector(bank.dim, params["projector"]["mult"], params["projector"]["scale"])
+start = params.get("start")
 train_stage(model, StageSpec.from_dict(params["task"]), vlconfig.train_config(params["train"], seed, device),
-            Path(sm.output.model).parent, stage=params["stage"], device=device, parent=parent, bank=bank)
+            Path(sm.output.model).parent, stage=params["stage"], device=device, parent=parent, bank=bank,
+            start=(StageSpec.from_dict(start["task"]), start["steps"]) if start else None)

@@ -223,3 +223,27 @@ def test_runs_below_the_bar_or_diverged_are_left_out_of_means_and_counted(tmp_pa
     fig3(df, tmp_path / "fig3.pdf")
     fig8(df, tmp_path / "fig8.pdf")
     assert (tmp_path / "fig3.pdf").read_bytes().startswith(b"%PDF")
+
+
+def test_a_stage_start_draws_its_first_batches_from_the_start_task(tmp_path, monkeypatch):
+    import vlbind.train as train
+
+    drawn, real = [], train.generate
+    monkeypatch.setattr(train, "generate", lambda spec, *a, **k: drawn.append(spec) or real(spec, *a, **k))
+    easy = StageSpec(8, 8, 8, 2, 2, shuffle=True)
+    meta = train_stage(fresh(), SPEC, CFG, tmp_path / "run", stage="s", start=(easy, 5))
+    training = [s for s in drawn if s in (easy, SPEC)][-CFG.max_steps:]  # validation sets are drawn first
+    assert training == [easy] * 5 + [SPEC] * (CFG.max_steps - 5)
+    assert meta["start"] == {"stage_spec": easy.to_dict(), "steps": 5}
+
+
+def test_stage_params_carry_the_start_task_merged_over_the_stage_task():
+    from pathlib import Path
+
+    from vlbind import config as vlconfig
+
+    root = Path(__file__).resolve().parents[1]
+    config = vlconfig.load([root / "config/config.yaml", root / "config/mini.yaml"])
+    params = vlconfig.stage_params(config, "image", "render_cnn")
+    assert params["start"]["task"] == {**params["task"], "max_pairs": 2} and params["start"]["steps"] == 3000
+    assert "start" not in vlconfig.stage_params(config, "mixed", "render_cnn")

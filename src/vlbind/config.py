@@ -106,15 +106,18 @@ def stage_train(config: dict, stage: str) -> dict:
 
 
 def stage_params(config: dict, stage: str, encoder: str | None = None) -> dict:
-    """Everything that determines one stage's training: its task, its merged train settings, for the
-    first stage the model architecture, for the first image stage the projector, and for stages that
-    read image features the encoder. Passed as a rule's params, so a change reruns exactly this stage
+    """Everything that determines one stage's training: its task, its merged train settings, its start task
+    if it has one, for the first stage the model architecture, for the first image stage the projector, and
+    for stages that read image features the encoder. Passed as a rule's params, so a change reruns exactly this stage
     and its descendants."""
     if stage not in STAGE_PARENTS:
         raise ConfigError(f"unknown stage {stage!r}; valid: {sorted(STAGE_PARENTS)}")
     section = config["stages"][stage]
     params = {"stage": stage, "parent": STAGE_PARENTS[stage], "task": _beside_defaults(section["task"], "task"),
               "train": _beside_defaults(stage_train(config, stage), "train")}
+    if "start" in section:
+        params["start"] = {"steps": section["start"]["steps"],
+                           "task": _beside_defaults({**section["task"], **section["start"]["task"]}, "task")}
     if STAGE_PARENTS[stage] is None:
         params["model"] = dict(config["model"])
     if stage == VISION_STAGES[0]:

@@ -202,9 +202,10 @@ def fingerprint(*parts) -> str:
 
 def train_stage(model: Transformer, spec: StageSpec, cfg: TrainConfig, out_dir: Path, *, stage: str,
                 device="cpu", parent: str | None = None, bank: ImageBank | None = None,
-                callback: Callable[[int], None] | None = None) -> dict:
+                start: tuple[StageSpec, int] | None = None, callback: Callable[[int], None] | None = None) -> dict:
     """Train `model` in place on prompts from `spec` (image contexts read from `bank`); write the stage's
-    model directory; return its meta.
+    model directory; return its meta. `start` = (spec, steps), not in the paper: the first `steps` training
+    batches come from that spec instead (validation always from `spec`).
 
     `callback(step)` runs after every optimizer step (tests use it to simulate a kill or inject a NaN).
     """
@@ -213,8 +214,9 @@ def train_stage(model: Transformer, spec: StageSpec, cfg: TrainConfig, out_dir: 
     opt = make_optimizer(model, cfg)
     rng = np.random.default_rng([cfg.seed, int(fingerprint(stage), 16) % (2**32)])
     # max_steps only says when to stop, never what a step does: raising a cap keeps a killed run's progress
+    start_spec, start_steps = start if start is not None else (spec, 0)
     key = fingerprint(stage, spec.to_dict(), {**asdict(cfg), "max_steps": None}, model.cfg.to_dict(), parent,
-                      _weights_digest(model))
+                      _weights_digest(model), *([start_spec.to_dict(), start_steps] if start else []))
     ckpt_every = math.ceil(cfg.checkpoint_every / cfg.eval_every) * cfg.eval_every
 
     step, best_acc, best_step, history, wall_before = 0, -1.0, 0, [], 0.0
@@ -233,7 +235,7 @@ def train_stage(model: Transformer, spec: StageSpec, cfg: TrainConfig, out_dir: 
 
     t0, t_last, step_last, losses, reason = time.time(), time.time(), step, [], "max_steps"
     while step < cfg.max_steps:
-        batch = generate(spec, cfg.batch_size, rng, bank=bank)
+        batch = generate(start_spec if step < start_steps else spec, cfg.batch_size, rng, bank=bank)
         if cfg.queries == "all":
             batch = pack_queries(batch)
         loss = training_loss(model, batch, cfg, device, bank)
@@ -281,6 +283,7 @@ def train_stage(model: Transformer, spec: StageSpec, cfg: TrainConfig, out_dir: 
 
     model.load_state_dict(best_state)
     meta = {"stage": stage, "parent": parent, "stage_spec": spec.to_dict(), "train_config": asdict(cfg),
+            "start": None if start is None else {"stage_spec": start_spec.to_dict(), "steps": start_steps},
             "model_config": model.cfg.to_dict(), "steps": step, "best_step": best_step,
             "best_val_accuracy": best_acc, "stopped_because": reason,
             "resumed": resumed is not None,
