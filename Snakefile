@@ -13,6 +13,7 @@ include: "workflow/rules/train.smk"
 include: "workflow/rules/evaluate.smk"
 include: "workflow/rules/figures.smk"
 include: "workflow/rules/interp.smk"
+include: "workflow/rules/qwen.smk"
 
 
 rule all:

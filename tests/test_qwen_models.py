@@ -45,7 +45,7 @@ def test_a_saved_model_loads_through_the_real_path_with_the_same_logits(model_ty
     model, tok = tiny(model_type)
     model.save_pretrained(tmp_path)
     tok.save_pretrained(tmp_path)
-    loaded, _ = load(QwenModel(str(tmp_path), "vlm" if "vl" in model_type else "llm", "Qwen2"), "float32")
+    loaded, _ = load(QwenModel(str(tmp_path), model_type, "vlm" if "vl" in model_type else "llm", "Qwen2"), "float32")
     assert type(loaded) is type(model) and (tmp_path / "model.safetensors").is_file()
     ids = chat_ids(tok)  # (a saved tiny qwen2 tokenizer reloads as Qwen2Tokenizer; real repos ship their own)
     with torch.no_grad():
@@ -67,5 +67,5 @@ def test_missing_weights_fail_at_once_naming_the_model(monkeypatch, tmp_path):
     monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
     t0 = time.time()
     with pytest.raises(QwenWeightsError, match="Qwen/Qwen2-VL-7B-Instruct") as e:
-        load(QwenModel("Qwen/Qwen2-VL-7B-Instruct", "vlm", "Qwen2"))
+        load(QwenModel("Qwen/Qwen2-VL-7B-Instruct", "qwen2_vl", "vlm", "Qwen2"))
     assert time.time() - t0 < 1 and "qwen.tiny" in str(e.value) and "HF_HOME" in str(e.value)

@@ -288,3 +288,23 @@ def test_bf16_on_a_cpu_without_bf16_instructions_warns_with_the_key_and_auto_pic
         assert vlconfig.precision_for(auto, "cuda:0") == "bf16"
         monkeypatch.setattr(vlconfig, "cuda_has_bf16", lambda: False)
         assert vlconfig.precision_for(auto, "cuda:0") == "fp32"
+
+
+def test_qwen_sub_dag_runs_on_tiny_models_to_fig2_and_fig6(tmp_path):
+    work = copy_workflow(tmp_path / "wf")
+    snakemake(work, "qwen_all", "--configfile", "config/smoke.yaml")
+    for fig in ("fig2", "fig6"):
+        assert (work / f"results/figures/{fig}.pdf").read_bytes().startswith(b"%PDF")
+    table = pd.concat(pd.read_parquet(p) for p in (work / "results/qwen/retrieval").rglob("*.parquet"))
+    models = yaml.safe_load((ROOT / "config/config.yaml").read_text())["qwen"]["models"]
+    assert set(table["model"]) == set(models) and table["tiny"].all()
+    assert len(table) == len(models) * 2 * 2 * (2 + 4)  # models x tasks x contexts x queries per length
+    assert set(table.groupby("model")["kind"].first()) == {"llm", "vlm"}
+
+
+def test_qwen_all_on_the_paper_config_lists_six_models_with_a_gpu_each(tmp_path):
+    work = copy_workflow(tmp_path / "wf")
+    out = snakemake(work, "-n", "qwen_all").stdout
+    blocks = [b for b in re.split(r"\n(?=(?:localrule|rule) )", out) if b.startswith("rule qwen_retrieval:")]
+    assert len(blocks) == 6 * 2 and all(re.search(r"resources:.*\bgpu=1\b", b) for b in blocks)
+    assert "qwen_retrieval" not in snakemake(work, "-n").stdout  # not part of `all`: it needs the weights

@@ -91,3 +91,12 @@ def interp_tables(analysis):
         for v in config["interp"]["variants"]
         for run in vlconfig.variant_runs(config, v)
     ]
+
+
+# Pretrained Qwen models (workflow/rules/qwen.smk)
+QWEN = config["qwen"]
+QWEN_NOTE = "TINY RANDOM Qwen models (not the real weights): numbers are meaningless" if QWEN["tiny"] else ""
+
+
+def qwen_tables(wildcards=None):
+    return expand("results/qwen/retrieval/{model}/{task}.parquet", model=QWEN["models"], task=["direct", "indirect"])

@@ -37,12 +37,15 @@ class QwenWeightsError(RuntimeError):
 @dataclass(frozen=True)
 class QwenModel:
     repo: str  # Hugging Face repo id, or a local directory holding config.json and the weights
+    model_type: str  # its config.model_type (Qwen2.5-7B-Instruct: "qwen2"); picks the class of `tiny` models too
     kind: str  # "llm" or "vlm"
     generation: str  # "Qwen2", "Qwen2.5", "Qwen3": the LLM / VLM pairs compared
 
     def __post_init__(self) -> None:
         if self.kind not in ("llm", "vlm"):
             raise ValueError(f"QwenModel.kind={self.kind!r}; valid: 'llm', 'vlm'")
+        if self.model_type not in CLASSES:
+            raise ValueError(f"QwenModel.model_type={self.model_type!r}; valid: {sorted(CLASSES)}")
 
     @classmethod
     def from_dict(cls, d: dict) -> QwenModel:
@@ -73,9 +76,9 @@ def load(spec: QwenModel, dtype: str = "bfloat16", device: str = "cpu"):
 
     path = local_path(spec.repo)
     config = transformers.AutoConfig.from_pretrained(path)
-    if config.model_type not in CLASSES:
-        raise ValueError(f"{spec.repo}: model_type {config.model_type!r} is not a supported Qwen model "
-                         f"({sorted(CLASSES)})")
+    if config.model_type != spec.model_type:
+        raise ValueError(f"{spec.repo}: its config says model_type {config.model_type!r}, the vlbind config "
+                         f"{spec.model_type!r}; fix `model_type` under qwen.models")
     model = getattr(transformers, CLASSES[config.model_type]).from_pretrained(path, dtype=getattr(torch, dtype))
     return model.to(device).eval(), transformers.AutoTokenizer.from_pretrained(path)
 

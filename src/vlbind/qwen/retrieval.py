@@ -20,7 +20,8 @@ log = logging.getLogger(__name__)
 
 @torch.no_grad()
 def evaluate(model, tokenizer, prompts: list[RetrievalPrompt], *, system_prompt: str, max_new_tokens: int,
-             greedy: bool = False, seed: int = 0, batch_size: int = 8, device: str = "cpu") -> pd.DataFrame:
+             greedy: bool = False, thinking: bool = False, seed: int = 0, batch_size: int = 8,
+             device: str = "cpu") -> pd.DataFrame:
     """One row per prompt: task, n_pairs, context, query_position, answer, output, correct."""
     torch.manual_seed(seed)
     tokenizer.padding_side = "left"
@@ -30,7 +31,8 @@ def evaluate(model, tokenizer, prompts: list[RetrievalPrompt], *, system_prompt:
     rows, t0 = [], time.time()
     for start in range(0, len(prompts), batch_size):
         chunk = prompts[start:start + batch_size]
-        texts = [tokenizer.apply_chat_template(messages(p, system_prompt), add_generation_prompt=True, tokenize=False)
+        texts = [tokenizer.apply_chat_template(messages(p, system_prompt), add_generation_prompt=True, tokenize=False,
+                                               enable_thinking=thinking)  # read by Qwen3's template only
                  for p in chunk]
         enc = tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=False).to(device)
         out = model.generate(**enc, **settings)

@@ -1,0 +1,58 @@
+# Pretrained Qwen LLMs vs VLMs (paper, section 2, appendices A, B). Not part of `all` (they need the weights):
+# `snakemake qwen_all`. With qwen.tiny: true every job uses a tiny random model of its class instead.
+
+
+rule qwen_retrieval:
+    output:
+        table="results/qwen/retrieval/{model}/{task}.parquet",
+    log:
+        "results/logs/qwen/retrieval/{model}/{task}.log",
+    benchmark:
+        "results/benchmarks/qwen/retrieval/{model}/{task}.tsv"
+    wildcard_constraints:
+        task="direct|indirect",
+    conda:
+        "../envs/vlbind.yaml"
+    threads: config["resources"]["train_threads"]
+    resources:
+        gpu=config["resources"]["train_gpus"],
+        runtime=config["resources"]["train_runtime_min"],
+        mem_mb=QWEN["mem_mb"],
+    params:
+        model=lambda wc: vlconfig.canonical(QWEN["models"][wc.model]),
+        prompts=vlconfig.canonical(QWEN["prompts"]),
+        generation=vlconfig.canonical(QWEN["generation"]),
+        tiny=QWEN["tiny"],
+        dtype=QWEN["dtype"],
+        device=config["device"],
+    script:
+        "../../scripts/qwen_retrieval.py"
+
+
+rule fig2:
+    input:
+        tables=qwen_tables(),
+        code="src/vlbind/qwen/figures.py",
+    output:
+        pdf="results/figures/fig2.pdf",
+    log:
+        "results/logs/figures/fig2.log",
+    conda:
+        "../envs/vlbind.yaml"
+    params:
+        note=QWEN_NOTE,
+    script:
+        "../../scripts/qwen_figure.py"
+
+
+use rule fig2 as fig6 with:
+    output:
+        pdf="results/figures/fig6.pdf",
+    log:
+        "results/logs/figures/fig6.log",
+
+
+rule qwen_all:
+    input:
+        rules.fig2.output.pdf,
+        rules.fig6.output.pdf,
