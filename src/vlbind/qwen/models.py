@@ -20,7 +20,7 @@ from pathlib import Path
 import torch
 
 from ..settings import from_dict
-from .words import CITIES, FOODS, NAMES
+from .words import BOX_OBJECTS, CITIES, FOODS, NAMES
 
 CLASSES = {"qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM", "qwen2_vl": "Qwen2VLForConditionalGeneration",
            "qwen2_5_vl": "Qwen2_5_VLForConditionalGeneration", "qwen3_vl": "Qwen3VLForConditionalGeneration"}
@@ -93,11 +93,12 @@ def tiny_tokenizer():
     from tokenizers import Tokenizer, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
 
-    words = ("Context Question In what city does live Where the person that likes Answer with just name City "
-             "lives in is liked by You are a helpful assistant system user assistant the object Box Which box").split()
+    words = ("Context Question In what city does live Where the person that likes Answer with just name City lives "
+             "in is liked by You are a helpful assistant system user assistant the The and is Box Which box").split()
     specials = ["<unk>", "<|endoftext|>", "<|im_start|>", "<|im_end|>", "<think>", "</think>"]
     symbols = list(". , ? : ! ' \"".split()) + ["\n"] + [chr(c) for c in range(ord("A"), ord("Z") + 1)]
-    vocab = {w: i for i, w in enumerate(dict.fromkeys(specials + symbols + words + list(NAMES + CITIES + FOODS)))}
+    pools = list(NAMES + CITIES + FOODS + BOX_OBJECTS)
+    vocab = {w: i for i, w in enumerate(dict.fromkeys(specials + symbols + words + pools))}
     core = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
     core.pre_tokenizer = pre_tokenizers.Whitespace()
     tok = PreTrainedTokenizerFast(tokenizer_object=core, unk_token="<unk>", eos_token="<|im_end|>",

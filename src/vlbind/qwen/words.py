@@ -1,4 +1,5 @@
-"""The word pools of the pretrained-model retrieval prompts (paper, section 2): first names, cities and foods.
+"""The word pools of the pretrained-model prompts: first names, cities and foods (retrieval, paper section 2) and
+the objects of the boxes task (binding, section 6.3).
 
 One word each, no word in two pools, and no city inside another city (the scoring rule looks for the city's
 name in the output). 120 of each: the longest configured context (`qwen.context_lengths`) may use them all.
@@ -48,3 +49,6 @@ FOODS = (
     "Salad", "Omelette", "Porridge", "Oatmeal", "Cereal", "Popcorn", "Pretzel", "Cracker", "Peanut", "Almond",
     "Walnut", "Cashew", "Pistachio", "Hazelnut", "Olive", "Pickle", "Ketchup", "Mustard", "Vinegar", "Caramel",
 )
+
+BOX_OBJECTS = ("cup", "key", "ring", "coin", "book", "pen", "watch", "shoe", "hat", "map", "lamp", "bell", "card",
+               "doll", "fork", "mug", "ball", "comb", "kite", "drum")
