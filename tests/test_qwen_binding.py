@@ -118,3 +118,19 @@ def test_pairs_a_model_fails_unpatched_are_dropped_and_counted():
     wrong = [type(p)(p.original, p.counterfactual, p.letters, {**p.predictions, "no_effect": "Z"}) for p in pairs[:2]]
     table = interchange(model, tok, wrong + pairs[2:], SYSTEM)
     assert table.attrs["dropped"] == 2 and sorted(table["pair"].unique()) == [2, 3, 4]
+
+
+def test_table1_gives_each_vlm_its_ratio_minus_its_generations_llm():
+    import pandas as pd
+
+    rows = []
+    for model, kind, gen, labels in (("a", "llm", "G1", ["positional"] * 2 + ["symbolic"] * 2),
+                                     ("a_vl", "vlm", "G1", ["positional"] + ["symbolic"] * 3)):
+        for pair, label in enumerate(labels):
+            rows += [{"model": model, "generation": gen, "kind": kind, "dropped": 1, "pair": pair, "layer": 0,
+                      "label": "no_effect"}, {"model": model, "generation": gen, "kind": kind, "dropped": 1,
+                                              "pair": pair, "layer": 1, "label": label}]
+    t = __import__("vlbind.qwen.binding", fromlist=["table1"]).table1(pd.DataFrame(rows)).set_index("model")
+    assert t.loc["a", "ratio"] == 1.0 and t.loc["a_vl", "ratio"] == 3.0 and t.loc["a_vl", "vlm_minus_llm"] == 2.0
+    assert (t["peak_layer"] == 1).all() and (t["pairs_kept"] == 4).all() and (t["pairs_dropped"] == 1).all()
+    assert summarize(pd.DataFrame(columns=["pair", "layer", "label"]))["peak_layer"] is None

@@ -52,7 +52,46 @@ use rule fig2 as fig6 with:
         "results/logs/figures/fig6.log",
 
 
+rule qwen_binding:
+    output:
+        table="results/qwen/binding/{model}.parquet",
+    log:
+        "results/logs/qwen/binding/{model}.log",
+    benchmark:
+        "results/benchmarks/qwen/binding/{model}.tsv"
+    conda:
+        "../envs/vlbind.yaml"
+    threads: config["resources"]["train_threads"]
+    resources:
+        gpu=config["resources"]["train_gpus"],
+        runtime=config["resources"]["train_runtime_min"],
+        mem_mb=QWEN["mem_mb"],
+    params:
+        model=lambda wc: vlconfig.canonical(QWEN["models"][wc.model]),
+        binding=vlconfig.canonical(QWEN["binding"]),
+        system_prompt=QWEN["prompts"]["system_prompt"],
+        tiny=QWEN["tiny"],
+        dtype=QWEN["dtype"],
+        device=config["device"],
+    script:
+        "../../scripts/qwen_binding.py"
+
+
+rule table1:
+    input:
+        tables=expand("results/qwen/binding/{model}.parquet", model=QWEN["models"]),
+    output:
+        csv="results/tables/table1.csv",
+    log:
+        "results/logs/figures/table1.log",
+    conda:
+        "../envs/vlbind.yaml"
+    script:
+        "../../scripts/qwen_table1.py"
+
+
 rule qwen_all:
     input:
         rules.fig2.output.pdf,
         rules.fig6.output.pdf,
+        rules.table1.output.csv,

@@ -133,10 +133,27 @@ def interchange(model, tokenizer, pairs: list[BoxesPair], system_prompt: str, de
 
 def summarize(table: pd.DataFrame) -> dict:
     """Peak layer (largest share of changed answers, earliest on a tie), the label shares there, and the ratio
-    share symbolic / share positional at the peak."""
+    share symbolic / share positional at the peak; NaN where no pair was kept."""
+    if table.empty:  # every pair dropped: the model never answered right unpatched
+        return {"peak_layer": None, "ratio": float("nan"), **{f"share_{k}": float("nan") for k in LABELS}}
     shares = pd.crosstab(table["layer"], table["label"], normalize="index").reindex(columns=LABELS, fill_value=0.0)
     changed = 1.0 - shares["no_effect"]
     peak = int(changed.idxmax())
     at = shares.loc[peak]
     ratio = at["symbolic"] / at["positional"] if at["positional"] > 0 else float("inf")
     return {"peak_layer": peak, "ratio": float(ratio), **{f"share_{k}": float(at[k]) for k in LABELS}}
+
+
+def table1(df: pd.DataFrame) -> pd.DataFrame:
+    """Table 1 from the interchange rows of every model (columns model, generation, kind, pair, layer, label,
+    dropped): per model the peak layer and ratio, and for each VLM its ratio minus its generation's LLM's."""
+    rows = []
+    for (model, generation, kind), t in df.groupby(["model", "generation", "kind"], sort=False):
+        rows.append({"model": model, "generation": generation, "kind": kind, **summarize(t),
+                     "pairs_kept": t["pair"].nunique(), "pairs_dropped": int(t["dropped"].iloc[0]),
+                     "ratio_definition": "share symbolic / share positional at the peak layer"})
+    out = pd.DataFrame(rows)
+    llm = out[out["kind"] == "llm"].groupby("generation")["ratio"].first()
+    out["vlm_minus_llm"] = [r.ratio - llm[r.generation] if r.kind == "vlm" and r.generation in llm else float("nan")
+                            for r in out.itertuples()]
+    return out
