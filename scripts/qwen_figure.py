@@ -1,4 +1,4 @@
-"""Snakemake adapter: fig2 / fig6 from the retrieval tables of every configured Qwen model."""
+"""Snakemake adapter: a Qwen figure (fig2, fig6 from the retrieval tables; fig14, fig15 from the probe tables)."""
 import pandas as pd
 
 from vlbind.cli import setup_logging

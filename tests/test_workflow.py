@@ -290,10 +290,10 @@ def test_bf16_on_a_cpu_without_bf16_instructions_warns_with_the_key_and_auto_pic
         assert vlconfig.precision_for(auto, "cuda:0") == "fp32"
 
 
-def test_qwen_sub_dag_runs_on_tiny_models_to_fig2_fig6_and_table1(tmp_path):
+def test_qwen_sub_dag_runs_on_tiny_models_to_every_figure_and_table1(tmp_path):
     work = copy_workflow(tmp_path / "wf")
     snakemake(work, "qwen_all", "--configfile", "config/smoke.yaml")
-    for fig in ("fig2", "fig6"):
+    for fig in ("fig2", "fig6", "fig14", "fig15"):
         assert (work / f"results/figures/{fig}.pdf").read_bytes().startswith(b"%PDF")
     table = pd.concat(pd.read_parquet(p) for p in (work / "results/qwen/retrieval").rglob("*.parquet"))
     models = yaml.safe_load((ROOT / "config/config.yaml").read_text())["qwen"]["models"]
@@ -302,6 +302,8 @@ def test_qwen_sub_dag_runs_on_tiny_models_to_fig2_fig6_and_table1(tmp_path):
     assert set(table.groupby("model")["kind"].first()) == {"llm", "vlm"}
     t1 = pd.read_csv(work / "results/tables/table1.csv")
     assert sorted(t1["model"]) == sorted(models) and {"peak_layer", "ratio", "vlm_minus_llm"} <= set(t1.columns)
+    probes = pd.concat(pd.read_parquet(p) for p in (work / "results/qwen/probes").glob("*.parquet"))
+    assert set(probes["model"]) == set(models) and set(probes["role"]) == {"context shape", "association shape"}
 
 
 def test_qwen_all_on_the_paper_config_lists_six_models_with_a_gpu_each(tmp_path):
@@ -311,4 +313,6 @@ def test_qwen_all_on_the_paper_config_lists_six_models_with_a_gpu_each(tmp_path)
     assert len(blocks) == 6 * 2 and all(re.search(r"resources:.*\bgpu=1\b", b) for b in blocks)
     binding = [b for b in re.split(r"\n(?=(?:localrule|rule) )", out) if b.startswith("rule qwen_binding:")]
     assert len(binding) == 6 and all(re.search(r"resources:.*\bgpu=1\b", b) for b in binding)
+    probes = [b for b in re.split(r"\n(?=(?:localrule|rule) )", out) if b.startswith("rule qwen_probes:")]
+    assert len(probes) == 6 and all(re.search(r"resources:.*\bgpu=1\b", b) for b in probes)
     assert "qwen_retrieval" not in snakemake(work, "-n").stdout  # not part of `all`: it needs the weights

@@ -90,8 +90,58 @@ rule table1:
         "../../scripts/qwen_table1.py"
 
 
+rule qwen_probes:
+    output:
+        table="results/qwen/probes/{model}.parquet",
+    log:
+        "results/logs/qwen/probes/{model}.log",
+    benchmark:
+        "results/benchmarks/qwen/probes/{model}.tsv"
+    conda:
+        "../envs/vlbind.yaml"
+    threads: config["resources"]["train_threads"]
+    resources:
+        gpu=config["resources"]["train_gpus"],
+        runtime=config["resources"]["train_runtime_min"],
+        mem_mb=QWEN["mem_mb"],
+    params:
+        model=lambda wc: vlconfig.canonical(QWEN["models"][wc.model]),
+        probes=vlconfig.canonical(QWEN["probes"]),
+        system_prompt=QWEN["prompts"]["system_prompt"],
+        tiny=QWEN["tiny"],
+        dtype=QWEN["dtype"],
+        device=config["device"],
+    script:
+        "../../scripts/qwen_probes.py"
+
+
+rule fig14:
+    input:
+        tables=expand("results/qwen/probes/{model}.parquet", model=QWEN["models"]),
+        code="src/vlbind/qwen/figures.py",
+    output:
+        pdf="results/figures/fig14.pdf",
+    log:
+        "results/logs/figures/fig14.log",
+    conda:
+        "../envs/vlbind.yaml"
+    params:
+        note=QWEN_NOTE,
+    script:
+        "../../scripts/qwen_figure.py"
+
+
+use rule fig14 as fig15 with:
+    output:
+        pdf="results/figures/fig15.pdf",
+    log:
+        "results/logs/figures/fig15.log",
+
+
 rule qwen_all:
     input:
         rules.fig2.output.pdf,
         rules.fig6.output.pdf,
         rules.table1.output.csv,
+        rules.fig14.output.pdf,
+        rules.fig15.output.pdf,

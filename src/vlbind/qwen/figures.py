@@ -1,5 +1,6 @@
 """Figures of the pretrained-model experiments: fig2 (LLM vs VLM per generation, Direct and Indirect Retrieval)
-and fig6 (one column per generation, a row per task). Accuracy by context length, mean ± SE over queries."""
+and fig6 (one column per generation, a row per task), accuracy by context length, mean ± SE over queries;
+fig14 and fig15 (color decodability per layer at the context / association shape token, LLM vs VLM)."""
 
 from __future__ import annotations
 
@@ -61,3 +62,28 @@ def fig6(df: pd.DataFrame, path: str | Path, note: str = "") -> None:
         axes[1, 0].set_ylabel("accuracy")
     fig.suptitle(_title("Retrieval per Qwen generation (appendix A)", note), fontsize=9)
     _save(fig, path)
+
+
+def _probe_figure(df: pd.DataFrame, path, role: str, title: str, note: str) -> None:
+    generations = sorted(df["generation"].unique())
+    fig, axes = plt.subplots(1, len(generations), figsize=(4 * len(generations), 3.4), sharey=True, squeeze=False)
+    for ax, gen in zip(axes[0], generations):
+        mine = df[(df["generation"] == gen) & (df["role"] == role)]
+        for (kind, model), rows in mine.groupby(["kind", "model"]):
+            ax.plot(rows["layer"], rows["accuracy"], "-" if kind == "vlm" else "--", marker="o", ms=3,
+                    color="tab:red" if kind == "vlm" else "tab:blue", label=f"{model} ({kind.upper()})")
+            ax.plot(rows["layer"], rows["chance"], ":", color="gray")
+        ax.set(title=gen, xlabel="layer (residual stream entering it)", ylim=(0, 1.02))
+        ax.legend(fontsize=7)
+    axes[0, 0].set_ylabel("color probe accuracy (dotted: chance)")
+    fig.suptitle(_title(title, note), fontsize=9)
+    _save(fig, path)
+
+
+def fig14(df: pd.DataFrame, path: str | Path, note: str = "") -> None:
+    _probe_figure(df, path, "context shape", "Color decodability at the context shape token (appendix H)", note)
+
+
+def fig15(df: pd.DataFrame, path: str | Path, note: str = "") -> None:
+    _probe_figure(df, path, "association shape", "Color decodability at the association shape token (appendix H)",
+                  note)

@@ -20,7 +20,7 @@ from pathlib import Path
 import torch
 
 from ..settings import from_dict
-from .words import BOX_OBJECTS, CITIES, FOODS, NAMES
+from .words import BOX_OBJECTS, CITIES, COLOR_WORDS, FOODS, ITEM_WORDS, NAMES, SHAPE_WORDS
 
 CLASSES = {"qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM", "qwen2_vl": "Qwen2VLForConditionalGeneration",
            "qwen2_5_vl": "Qwen2_5_VLForConditionalGeneration", "qwen3_vl": "Qwen3VLForConditionalGeneration"}
@@ -94,10 +94,11 @@ def tiny_tokenizer():
     from transformers import PreTrainedTokenizerFast
 
     words = ("Context Question In what city does live Where the person that likes Answer with just name City lives "
-             "in is liked by You are a helpful assistant system user assistant the The and is Box Which box").split()
+             "in is liked by You are a helpful assistant system user assistant the The and is Box Which box "
+             "Associations item goes shape").split()
     specials = ["<unk>", "<|endoftext|>", "<|im_start|>", "<|im_end|>", "<think>", "</think>"]
     symbols = list(". , ? : ! ' \"".split()) + ["\n"] + [chr(c) for c in range(ord("A"), ord("Z") + 1)]
-    pools = list(NAMES + CITIES + FOODS + BOX_OBJECTS)
+    pools = list(NAMES + CITIES + FOODS + BOX_OBJECTS + COLOR_WORDS + SHAPE_WORDS + ITEM_WORDS)
     vocab = {w: i for i, w in enumerate(dict.fromkeys(specials + symbols + words + pools))}
     core = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
     core.pre_tokenizer = pre_tokenizers.Whitespace()

@@ -52,3 +52,9 @@ FOODS = (
 
 BOX_OBJECTS = ("cup", "key", "ring", "coin", "book", "pen", "watch", "shoe", "hat", "map", "lamp", "bell", "card",
                "doll", "fork", "mug", "ball", "comb", "kite", "drum")
+
+# the colored-shapes task in words (probes, appendix H)
+COLOR_WORDS = ("red", "blue", "green", "yellow", "purple", "orange", "pink", "brown", "black", "white", "gray", "cyan")
+SHAPE_WORDS = ("circle", "square", "triangle", "star", "heart", "hexagon", "pentagon", "diamond", "oval", "cross",
+               "arrow", "crescent")
+ITEM_WORDS = tuple(f"item{i}" for i in range(1, 13))

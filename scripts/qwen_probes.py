@@ -1,0 +1,21 @@
+"""Snakemake adapter: color probes at the shape tokens of one pretrained Qwen model (Fig 14, Fig 15)."""
+import torch
+
+from vlbind import config as vlconfig
+from vlbind.cli import setup_logging
+from vlbind.files import atomic_write
+from vlbind.qwen import models
+from vlbind.qwen.probes import probe_table
+
+sm = snakemake  # noqa: F821 (injected by Snakemake)
+log = setup_logging(sm.log[0])
+torch.set_num_threads(sm.threads)
+device = vlconfig.resolve_device(sm.params.device)
+spec = models.QwenModel.from_dict(sm.params.model)
+model, tok = models.tiny(spec.model_type) if sm.params.tiny else models.load(spec, sm.params.dtype, device)
+table = probe_table(model.to(device), tok, **sm.params.probes, system_prompt=sm.params.system_prompt, device=device)
+for i, (key, value) in enumerate({"model": sm.wildcards.model, "generation": spec.generation, "kind": spec.kind,
+                                  "tiny": sm.params.tiny}.items()):
+    table.insert(i, key, value)
+atomic_write(sm.output.table, lambda tmp: table.to_parquet(tmp, index=False))
+log.info("wrote %s", sm.output.table)
