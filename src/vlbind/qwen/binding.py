@@ -15,7 +15,8 @@ token is the letter. Pairs the model answers wrongly unpatched are dropped and c
 
 Peak layer: the layer with the largest share of changed answers (the earliest on a tie). Ratio: share symbolic /
 share positional at the peak layer (inf where nothing is positional). We do not fit the minimal model of
-Gur-Arieh et al. (their signal ratio); table1.csv states which ratio it shows.
+Gur-Arieh et al. (their signal ratio): neither paper states it, and their fitting code is not ported here;
+table1.csv states which ratio it shows.
 """
 
 from __future__ import annotations
