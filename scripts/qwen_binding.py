@@ -12,13 +12,11 @@ log = setup_logging(sm.log[0])
 torch.set_num_threads(sm.threads)
 device = vlconfig.resolve_device(sm.params.device)
 spec = models.QwenModel.from_dict(sm.params.model)
-model, tok = models.tiny(spec.model_type) if sm.params.tiny else models.load(spec, sm.params.dtype, device)
+model, tok = models.for_job(spec, sm.params.tiny, sm.params.dtype, device)
 cfg = sm.params.binding
-table = interchange(model.to(device), tok, make_pairs(cfg["n_entries"], cfg["pairs"], cfg["seed"]),
-                    sm.params.system_prompt, device=device)
+table = interchange(model, tok, make_pairs(cfg["n_entries"], cfg["pairs"], cfg["seed"]), sm.params.system_prompt,
+                    device=device)
 dropped = table.attrs["dropped"]
-for i, (key, value) in enumerate({"model": sm.wildcards.model, "generation": spec.generation, "kind": spec.kind,
-                                  "tiny": sm.params.tiny, "dropped": dropped}.items()):
-    table.insert(i, key, value)
+table = models.with_model_columns(table, sm.wildcards.model, spec, sm.params.tiny, dropped=dropped)
 atomic_write(sm.output.table, lambda tmp: table.to_parquet(tmp, index=False))
 log.info("wrote %s: %d pairs kept, %d dropped", sm.output.table, table["pair"].nunique(), dropped)

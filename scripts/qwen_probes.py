@@ -12,10 +12,8 @@ log = setup_logging(sm.log[0])
 torch.set_num_threads(sm.threads)
 device = vlconfig.resolve_device(sm.params.device)
 spec = models.QwenModel.from_dict(sm.params.model)
-model, tok = models.tiny(spec.model_type) if sm.params.tiny else models.load(spec, sm.params.dtype, device)
-table = probe_table(model.to(device), tok, **sm.params.probes, system_prompt=sm.params.system_prompt, device=device)
-for i, (key, value) in enumerate({"model": sm.wildcards.model, "generation": spec.generation, "kind": spec.kind,
-                                  "tiny": sm.params.tiny}.items()):
-    table.insert(i, key, value)
+model, tok = models.for_job(spec, sm.params.tiny, sm.params.dtype, device)
+table = probe_table(model, tok, **sm.params.probes, system_prompt=sm.params.system_prompt, device=device)
+table = models.with_model_columns(table, sm.wildcards.model, spec, sm.params.tiny)
 atomic_write(sm.output.table, lambda tmp: table.to_parquet(tmp, index=False))
 log.info("wrote %s", sm.output.table)

@@ -13,13 +13,11 @@ log = setup_logging(sm.log[0])
 torch.set_num_threads(sm.threads)
 device = vlconfig.resolve_device(sm.params.device)
 spec = models.QwenModel.from_dict(sm.params.model)
-model, tok = models.tiny(spec.model_type) if sm.params.tiny else models.load(spec, sm.params.dtype, device)
+model, tok = models.for_job(spec, sm.params.tiny, sm.params.dtype, device)
 cfg, gen = PromptConfig.from_dict(sm.params.prompts), sm.params.generation
-table = evaluate(model.to(device), tok, prompts(cfg, sm.wildcards.task), system_prompt=cfg.system_prompt,
+table = evaluate(model, tok, prompts(cfg, sm.wildcards.task), system_prompt=cfg.system_prompt,
                  max_new_tokens=gen["max_new_tokens"], greedy=gen["greedy"], thinking=gen["thinking"],
                  seed=gen["seed"], batch_size=gen["batch_size"], device=device)
-for i, (key, value) in enumerate({"model": sm.wildcards.model, "generation": spec.generation, "kind": spec.kind,
-                                  "tiny": sm.params.tiny}.items()):
-    table.insert(i, key, value)
+table = models.with_model_columns(table, sm.wildcards.model, spec, sm.params.tiny)
 atomic_write(sm.output.table, lambda tmp: table.to_parquet(tmp, index=False))
 log.info("wrote %s: accuracy %.3f over %d prompts", sm.output.table, table["correct"].mean(), len(table))

@@ -14,7 +14,7 @@ TYPES = sorted(CLASSES)
 
 def chat_ids(tok, task="indirect"):
     p = prompts(PromptConfig(context_lengths=(4,), contexts_per_length=1), task)[0]
-    out = tok.apply_chat_template(messages(p, "You are a helpful assistant."), add_generation_prompt=True,
+    out = tok.apply_chat_template(messages(p.text, "You are a helpful assistant."), add_generation_prompt=True,
                                   return_tensors="pt", return_dict=True)
     return out["input_ids"]
 

@@ -75,7 +75,7 @@ def test_scoring_finds_the_city_as_a_word_outside_think_blocks():
 
 def test_messages_carry_the_default_system_prompt():
     p = RetrievalPrompt("direct", 1, 0, 0, "Context: A lives in B. Question: In what city does A live?", "B")
-    assert messages(p, CFG.system_prompt) == [{"role": "system", "content": "You are a helpful assistant."},
+    assert messages(p.text, CFG.system_prompt) == [{"role": "system", "content": "You are a helpful assistant."},
                                               {"role": "user", "content": p.text}]
 
 

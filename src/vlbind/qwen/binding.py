@@ -28,9 +28,9 @@ import pandas as pd
 import torch
 
 from .models import decoder_layers
+from .prompts import messages
 from .words import BOX_OBJECTS
 
-OBJECTS = BOX_OBJECTS
 LETTERS = tuple(chr(c) for c in range(ord("A"), ord("Z") + 1))
 LABELS = ("positional", "symbolic", "reflexive", "no_effect", "mixed")
 
@@ -51,11 +51,11 @@ def boxes_text(objects, letters, query: str) -> str:
 
 def make_pairs(n_entries: int, count: int, seed: int) -> list[BoxesPair]:
     """`count` pairs of `n_entries` (>= 4) boxes each, drawn from `seed`."""
-    if not 4 <= n_entries <= len(OBJECTS):
-        raise ValueError(f"n_entries={n_entries}: needs 4 distinct entries q, c, w, s and at most {len(OBJECTS)}")
+    if not 4 <= n_entries <= len(BOX_OBJECTS):
+        raise ValueError(f"n_entries={n_entries}: needs 4 distinct entries q, c, w, s and at most {len(BOX_OBJECTS)}")
     rng, out = np.random.default_rng(seed), []
     for _ in range(count):
-        objects = [OBJECTS[i] for i in rng.permutation(len(OBJECTS))[:n_entries]]
+        objects = [BOX_OBJECTS[i] for i in rng.permutation(len(BOX_OBJECTS))[:n_entries]]
         letters = [LETTERS[i] for i in rng.permutation(len(LETTERS))[:n_entries]]
         q, c, w, s = (int(i) for i in rng.permutation(n_entries)[:4])
         cf_objects, cf_letters = list(objects), list(letters)
@@ -74,8 +74,7 @@ def label_of(letter: str, predictions: dict) -> str:
 
 def chat_ids(tokenizer, text: str, system_prompt: str) -> torch.Tensor:
     """(1, T) ids: the chat with the question as the user's turn and the assistant's reply begun with "Box"."""
-    turns = [{"role": "system", "content": system_prompt}, {"role": "user", "content": text}]
-    chat = tokenizer.apply_chat_template(turns, add_generation_prompt=True, tokenize=False)
+    chat = tokenizer.apply_chat_template(messages(text, system_prompt), add_generation_prompt=True, tokenize=False)
     return tokenizer(chat + "Box", return_tensors="pt", add_special_tokens=False)["input_ids"]
 
 

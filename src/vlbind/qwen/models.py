@@ -83,6 +83,22 @@ def load(spec: QwenModel, dtype: str = "bfloat16", device: str = "cpu"):
     return model.to(device).eval(), transformers.AutoTokenizer.from_pretrained(path)
 
 
+def for_job(spec: QwenModel, tiny_model: bool, dtype: str, device: str):
+    """(model on `device`, tokenizer) a Qwen rule runs: the tiny stand-in of its class (`qwen.tiny`) or the
+    real weights."""
+    model, tok = tiny(spec.model_type) if tiny_model else load(spec, dtype, device)
+    return model.to(device), tok
+
+
+def with_model_columns(table, name: str, spec: QwenModel, tiny_model: bool, **extra):
+    """`table` with the model's name, generation, kind, tiny flag (and `extra` columns) first, as every Qwen
+    result table has them."""
+    for i, (key, value) in enumerate({"model": name, "generation": spec.generation, "kind": spec.kind,
+                                      "tiny": tiny_model, **extra}.items()):
+        table.insert(i, key, value)
+    return table
+
+
 def decoder_layers(model) -> torch.nn.ModuleList:
     """The decoder blocks, in order, for every supported class (text models and VL models alike)."""
     return model.get_decoder().layers

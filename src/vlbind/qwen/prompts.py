@@ -94,9 +94,10 @@ def prompts(cfg: PromptConfig, task: str) -> list[RetrievalPrompt]:
     return out
 
 
-def messages(prompt: RetrievalPrompt, system_prompt: str) -> list[dict]:
-    """The chat the model's template formats: the system prompt, then the prompt as the user's turn."""
-    return [{"role": "system", "content": system_prompt}, {"role": "user", "content": prompt.text}]
+def messages(text: str, system_prompt: str) -> list[dict]:
+    """The chat the model's template formats: the system prompt, then `text` as the user's turn (every Qwen
+    analysis prompts this way)."""
+    return [{"role": "system", "content": system_prompt}, {"role": "user", "content": text}]
 
 
 _THINK = re.compile(r"<think>.*?(</think>|\Z)", flags=re.DOTALL)
