@@ -4,7 +4,7 @@
 
 For each encoder of the config's `vision.encoders` whose feature bank the DAG has written
 (results/features/{encoder}/{layout}.npy), and with --random also for random-weight ResNet-152 and ViT-B/16
-(extracted here, on the same bank), fits a ridge classifier on the features of every image (tokens
+(extracted here, on the same bank), fits the interp probes' ridge classifier on the features of every image (tokens
 concatenated) and scores it on renderings it never saw: the bank's held-out quarter, exactly the renderings
 image-stage validation shows (ImageBank.split). Also prints the mean pairwise cosine of the images'
 features (1.0 = every image looks the same to the encoder). Chance: 1/8 for color, 1/13 for shape.
@@ -23,17 +23,10 @@ import torch
 from vlbind import config as vlconfig
 from vlbind.bank import ImageBank
 from vlbind.encoders import EncoderSpec, extract
+from vlbind.interp.probes import fit_and_score
 
 RANDOM = {"resnet152 (random)": {"timm_name": "resnet152", "pretrained": False, "grid": 2},
           "vit_b16 (random)": {"timm_name": "vit_base_patch16_224", "pretrained": False, "grid": 2}}
-
-
-def ridge_accuracy(x_train, y_train, x_test, y_test, ridge=1.0) -> float:
-    mean, std = x_train.mean(0), x_train.std(0) + 1e-6
-    a, b = (x_train - mean) / std, (x_test - mean) / std
-    onehot = np.eye(y_train.max() + 1)[y_train]
-    w = np.linalg.solve(a.T @ a + ridge * np.eye(a.shape[1]), a.T @ onehot)
-    return float(((b @ w).argmax(1) == y_test).mean())
 
 
 def probe(bank: ImageBank) -> dict:
@@ -45,7 +38,8 @@ def probe(bank: ImageBank) -> dict:
     for attr, label in (("color", lambda pair: pair // n_shapes), ("shape", lambda pair: pair % n_shapes)):
         split = {k: (np.concatenate([x[v[:, j]] for j in range(v.shape[1])]),
                      np.tile(label(np.arange(len(v))), v.shape[1])) for k, v in ids.items()}
-        out[attr] = ridge_accuracy(*split["train"], *split["val"])
+        (x_tr, y_tr), (x_te, y_te) = split["train"], split["val"]
+        out[attr] = float(fit_and_score(x_tr[None], y_tr, x_te[None], y_te)[0][0])  # the interp probes' ridge
     unit = x / np.linalg.norm(x, axis=1, keepdims=True)
     cos = unit @ unit.T
     out["cosine"] = float(cos[~np.eye(len(x), dtype=bool)].mean())
