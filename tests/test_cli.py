@@ -95,3 +95,13 @@ def test_a_rule_log_keeps_the_lines_of_an_earlier_attempt(tmp_path):
     messages = [line.split(": ", 1)[1] for line in path.read_text().splitlines()]  # after "time level name: "
     assert len(messages) == 4 and all(m.startswith("job started") for m in messages[0::2])
     assert messages[1::2] == ["first attempt: step 1000", "second attempt: resumed from step 1000"]
+
+
+def test_check_config_names_the_file_and_line_of_a_yaml_error_and_passes_a_good_overlay(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("seeds: [0, 1]\nmodel: {d_model: 64\n  n_heads: [\n")
+    run = [sys.executable, "-m", "vlbind", "check-config", "config/config.yaml"]
+    proc = subprocess.run([*run, str(bad)], cwd=ROOT, capture_output=True, text=True)
+    assert proc.returncode == 2 and str(bad) in proc.stderr and "line 2" in proc.stderr
+    proc = subprocess.run([*run, "config/mini.yaml"], cwd=ROOT, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr

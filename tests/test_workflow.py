@@ -163,27 +163,80 @@ def test_changed_eval_setting_retrains_nothing(smoke_tree, tmp_path):
     assert {rule for rule, _ in jobs} == {"evaluate", "fig3", "fig8", "ood_table", "all"}
 
 
-@pytest.mark.parametrize("overlay, key", [
-    ("train: {lr: fast}", "train.lr"),
-    ("stages: {text_s1: {task: {n_colour: 8}}}", "n_colour"),
-    ("model: {n_layers: 0}", "model.n_layers"),
+MALFORMED = [  # (overlay on config.yaml + smoke.yaml, the key its error must name)
+    # relations between keys the schema cannot express
+    ("model: {d_model: 30}", "model.d_model"),  # 2 heads of 15: odd, RoPE needs pairs
+    ("model: {d_model: 32, n_heads: 3}", "model.d_model"),
+    ("model: {max_positions: 100}", "model.max_positions"),  # evaluation at 12 objects needs 62
+    ("model: {max_positions: 600}\nstages: {noise_text: {task: {noise_tokens: 100}}}", "model.max_positions"),
+    ("render: {min_scale: 0.7, max_scale: 0.5}", "render.min_scale"),
+    ("render: {layout: canvas, min_objects: 6, max_objects: 3}", "render.min_objects"),
+    ("evaluate: {train_max_objects: 20}", "evaluate.train_max_objects"),
+    ("evaluate: {min_objects: 9, max_objects: 4}", "evaluate.min_objects"),
+    ("seeds: [0, 1, 0]", "seeds"),
+    ("stages: {image: {task: {n_colors: 12}}}", "stages.image.task.n_colors"),  # the bank renders 8
+    ("stages: {mixed: {task: {n_shapes: 20}}}", "stages.mixed.task.n_shapes"),  # 13 shapes exist
+    ("stages: {image: {start: {steps: 5, task: {n_colors: 9}}}}", "stages.image.start.task.n_colors"),
     ("stages: {text_s3: {task: {min_pairs: 9, max_pairs: 8}}}", "stages.text_s3.task"),
-    ("stages: {text_s4: {train: {queries: some}}}", "stages.text_s4.train.queries"),
-    ("seedz: [1]", "seedz"),
-    ("device: tpu", "device"),
-    ("vision: {encoders: [resnet_999]}", "vision.encoders"),
+    ("stages: {text_s1: {task: {n_colors: 1}}}", "stages.text_s1.task"),  # fewer colors than objects
     ("stages: {text_s2: {task: {image_fraction: 0.5}}}", "stages.text_s2.task.image_fraction"),
-    ("render: {layout: mosaic}", "render.layout"),
-    ("encoders: {cnn_tiny: {pretrain: {epochs: 0}}}", "encoders.cnn_tiny.pretrain.epochs"),
+    ("vision: {encoders: [resnet_999]}", "vision.encoders"),
     ("encoders: {cnn_tiny: {checkpoint: w.safetensors}}", "encoders.cnn_tiny"),
-])
-def test_malformed_config_fails_at_dag_build_naming_the_key(tmp_path, overlay, key):
-    work = copy_workflow(tmp_path / "wf")
+    ("encoders: {cnn_tiny: {pretrain: {min_scale: 0.9, max_scale: 0.2}}}", "encoders.cnn_tiny.pretrain.min_scale"),
+    # unknown keys, at every depth
+    ("seedz: [1]", "seedz"),
+    ("model: {n_layer: 2}", "n_layer"),
+    ("stages: {text_s1: {task: {n_colour: 8}}}", "n_colour"),
+    ("stages: {text_s6: {task: {n_colors: 8}}}", "text_s6"),
+    ("stages: {text_s1: {trian: {lr: 0.1}}}", "trian"),
+    ("train: {precision: {tpu: bf16}}", "tpu"),
+    ("encoders: {cnn_tiny: {pretrain: {epoch: 2}}}", "epoch"),
+    ("interp: {probes: {rigde: 1.0}}", "rigde"),
+    ("qwen: {models: {qwen2: {revision: main}}}", "revision"),
+    ("resources: {train_gpu: 1}", "train_gpu"),
+    # wrong types and values
+    ("train: {lr: fast}", "train.lr"),
+    ("stages: {text_s4: {train: {queries: some}}}", "stages.text_s4.train.queries"),
+    ("device: tpu", "device"),
+    ("render: {layout: mosaic}", "render.layout"),
+    ("stages: {text_s4: {task: {shuffle: maybe}}}", "stages.text_s4.task.shuffle"),
+    ("seeds: 3", "seeds"),
+    ("model: {n_heads: 2.5}", "model.n_heads"),
+    ("qwen: {dtype: int8}", "qwen.dtype"),
+    ("encoders: {bad-name: {timm_name: resnet18}}", "encoders"),
+    # zero and negative numbers
+    ("model: {n_layers: 0}", "model.n_layers"),
+    ("train: {batch_size: 0}", "train.batch_size"),
+    ("train: {lr: -0.001}", "train.lr"),
+    ("train: {warmup_steps: -1}", "train.warmup_steps"),
+    ("stages: {noise_text: {task: {noise_tokens: -5}}}", "stages.noise_text.task.noise_tokens"),
+    ("stages: {grounding: {task: {grounding_fraction: 1.5}}}", "stages.grounding.task.grounding_fraction"),
+    ("evaluate: {prompts_per_length: 0}", "evaluate.prompts_per_length"),
+    ("encoders: {cnn_tiny: {pretrain: {epochs: 0}}}", "encoders.cnn_tiny.pretrain.epochs"),
+    ("interp: {interchange: {pairs: 0}}", "interp.interchange.pairs"),
+    ("render: {size: 0}", "render.size"),
+    ("seeds: [-1]", "seeds.0"),
+    # empty lists and sections
+    ("seeds: []", "seeds"),
+    ("variants: []", "variants"),
+    ("vision: {encoders: []}", "vision.encoders"),
+    ("interp: {variants: []}", "interp.variants"),
+    ("qwen: {prompts: {context_lengths: []}}", "qwen.prompts.context_lengths"),
+]
+
+
+@pytest.fixture(scope="module")
+def workflow_copy(tmp_path_factory):
+    return copy_workflow(tmp_path_factory.mktemp("wf"))
+
+
+@pytest.mark.parametrize("overlay, key", MALFORMED, ids=[k for _, k in MALFORMED])
+def test_malformed_config_fails_at_dag_build_naming_the_key(workflow_copy, tmp_path, overlay, key):
     (tmp_path / "bad.yaml").write_text(overlay + "\n")
-    proc = snakemake(work, "-n", "--configfile", "config/smoke.yaml", str(tmp_path / "bad.yaml"), check=False)
+    proc = snakemake(workflow_copy, "-n", "--configfile", "config/smoke.yaml", str(tmp_path / "bad.yaml"), check=False)
     assert proc.returncode != 0
-    assert key in proc.stdout + proc.stderr
-    assert not (work / "results").exists()
+    assert f"invalid config at '{key}" in proc.stdout + proc.stderr or f"'{key}'" in proc.stdout + proc.stderr
+    assert not (workflow_copy / "results").exists()
 
 
 def test_lint_is_clean():

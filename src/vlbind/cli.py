@@ -8,6 +8,8 @@
     python -m vlbind sample --stage text_s5 --counterfactual --count 5 --seed 0
         interchange pairs: original <TAB> counterfactual <TAB> the items predicted by the positional,
         color-key, shape-key, reflexive and no-effect mechanisms (prompts of 5.. objects).
+    python -m vlbind check-config config/config.yaml my-overlay.yaml
+        merge and validate config files as Snakemake would; a YAML error names its file and line.
 """
 
 from __future__ import annotations
@@ -96,6 +98,14 @@ def _counterfactuals(spec, args) -> int:
     return 0
 
 
+def _check_config(args) -> int:
+    from . import config as vlconfig
+
+    vlconfig.load(args.files)
+    print(f"ok: {' + '.join(args.files)}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m vlbind", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -115,9 +125,11 @@ def main(argv: list[str] | None = None) -> int:
     s.add_argument("--features", help="that bank's feature file (.npy), for image-context stages")
     s.add_argument("--config", nargs="+", default=["config/config.yaml"],
                    help="config file and overlays, merged left to right")
+    c = sub.add_parser("check-config", help="merge and validate config files; print the first error")
+    c.add_argument("files", nargs="+", help="config file and overlays, merged left to right")
     args = parser.parse_args(argv)
     try:
-        return {"sample": _sample}[args.command](args)
+        return {"sample": _sample, "check-config": _check_config}[args.command](args)
     except (ValueError, FileNotFoundError) as e:  # bad config, arguments or paths: one clear line
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -52,30 +52,95 @@ def validate(config: dict) -> dict:
         if e.validator == "required":
             hint = " (an overlay such as config/mini.yaml goes after config/config.yaml)"
         raise ConfigError(f"invalid config at '{where}': {e.message}{hint}")
+    for check in _CHECKS:
+        check(config)
+    return config
+
+
+def _error(key: str, problem: str) -> ConfigError:
+    return ConfigError(f"invalid config at '{key}': {problem}")
+
+
+def _stage_specs(config: dict) -> dict:
+    """{config key: StageSpec} of every stage's task and start task; a task the library rejects is an error
+    at that key."""
+    from .tasks import StageSpec
+
+    specs = {}
     for name, stage in config["stages"].items():
-        task = stage["task"]
-        lo, hi = task.get("min_pairs", 2), task.get("max_pairs", 8)
-        if lo > hi:
-            raise ConfigError(f"invalid config at 'stages.{name}.task': min_pairs > max_pairs")
+        tasks = {f"stages.{name}.task": stage["task"]}
+        if "start" in stage:
+            tasks[f"stages.{name}.start.task"] = {**stage["task"], **stage["start"]["task"]}
+        for key, task in tasks.items():
+            try:
+                specs[key] = StageSpec.from_dict(task)
+            except ValueError as e:
+                raise _error(key, str(e)) from None
+    return specs
+
+
+def _check_stages(config: dict) -> None:
     missing = set(STAGE_PARENTS) - set(config["stages"])
     if missing:
-        raise ConfigError(f"invalid config at 'stages': missing stages {sorted(missing)}")
+        raise _error("stages", f"missing stages {sorted(missing)}")
+    from .render import SHAPES
+
+    rendered = {"n_colors": config["render"]["n_colors"], "n_shapes": len(SHAPES)}
+    for key, spec in _stage_specs(config).items():
+        if spec.image_fraction == 0:
+            continue
+        stage = key.split(".")[1]
+        if stage not in VISION_STAGES:
+            raise _error(f"{key}.image_fraction", f"only the stages {list(VISION_STAGES)} may use image contexts")
+        for n, have in rendered.items():
+            if getattr(spec, n) > have:
+                raise _error(f"{key}.{n}", f"{getattr(spec, n)} is more than the image bank renders ({have}; "
+                             f"colors: render.n_colors, shapes: the {len(SHAPES)} of vlbind.render.SHAPES)")
+
+
+def _check_model(config: dict) -> None:
+    from .tasks import max_position
+
+    m = config["model"]
+    if m["d_model"] % m["n_heads"] or (m["d_model"] // m["n_heads"]) % 2:
+        raise _error("model.d_model", f"{m['d_model']} must split into n_heads={m['n_heads']} heads of even size "
+                     f"(RoPE rotates pairs of dimensions): a multiple of {2 * m['n_heads']}")
+    need = {key: max_position(s.max_pairs, s.noise_tokens if s.noise_fraction > 0 else 0)
+            for key, s in _stage_specs(config).items()}
+    need["evaluate.max_objects"] = max_position(config["evaluate"]["max_objects"], 0)
+    where, top = max(need.items(), key=lambda kv: kv[1])
+    if m["max_positions"] <= top:
+        raise _error("model.max_positions", f"{m['max_positions']} is too small: {where} needs position ids up to "
+                     f"{top} (text prompts, noise included); set it to at least {top + 1}")
+
+
+def _check_ranges(config: dict) -> None:
+    pairs = [("render", "min_scale", "max_scale"), ("render", "min_objects", "max_objects"),
+             ("evaluate", "min_objects", "max_objects"), ("evaluate", "train_max_objects", "max_objects")]
+    pairs += [(f"encoders.{name}.pretrain", "min_scale", "max_scale")
+              for name, enc in config["encoders"].items() if enc.get("pretrain")]
+    for section, lo, hi in pairs:
+        values = functools.reduce(lambda d, k: d[k], section.split("."), config)
+        if lo in values and hi in values and values[lo] > values[hi]:
+            raise _error(f"{section}.{lo}", f"{values[lo]} > {section}.{hi} ({values[hi]})")
+    seeds = config["seeds"]
+    if len(set(seeds)) != len(seeds):
+        raise _error("seeds", f"{seeds} lists a seed twice; each seed is one run")
+
+
+def _check_encoders(config: dict) -> None:
     unknown = set(config["vision"]["encoders"]) - set(config["encoders"])
     if unknown:
-        raise ConfigError(f"invalid config at 'vision.encoders': {sorted(unknown)} not defined under 'encoders' "
-                          f"(defined: {sorted(config['encoders'])})")
+        raise _error("vision.encoders", f"{sorted(unknown)} not defined under 'encoders' (defined: "
+                     f"{sorted(config['encoders'])})")
     for name, encoder in config["encoders"].items():
         if encoder.get("pretrain") is not None and encoder.get("checkpoint") is not None:
-            raise ConfigError(f"invalid config at 'encoders.{name}': set either 'pretrain' (the DAG trains the "
-                              "weights) or 'checkpoint' (a weights file you provide), not both")
-    for name, stage in config["stages"].items():
-        if stage["task"].get("image_fraction", 0.0) > 0 and name not in VISION_STAGES:
-            raise ConfigError(f"invalid config at 'stages.{name}.task.image_fraction': only the stages "
-                              f"{list(VISION_STAGES)} may use image contexts")
-    ev = config["evaluate"]
-    if ev["min_objects"] > ev["max_objects"]:
-        raise ConfigError("invalid config at 'evaluate': min_objects > max_objects")
-    return config
+            raise _error(f"encoders.{name}", "set either 'pretrain' (the DAG trains the weights) or 'checkpoint' "
+                         "(a weights file you provide), not both")
+
+
+# What the schema cannot say: relations between keys. Each raises ConfigError naming the key.
+_CHECKS = (_check_stages, _check_model, _check_ranges, _check_encoders)
 
 
 def load(paths: list[str | Path]) -> dict:
@@ -85,7 +150,13 @@ def load(paths: list[str | Path]) -> dict:
         p = Path(p)
         if not p.is_file():
             raise ConfigError(f"config file {p} does not exist")
-        config = deep_merge(config, yaml.safe_load(p.read_text()) or {})
+        try:
+            overlay = yaml.safe_load(p.read_text()) or {}
+        except yaml.YAMLError as e:  # its message gives line and column
+            raise ConfigError(f"config file {p} is not valid YAML: {e}") from None
+        if not isinstance(overlay, dict):
+            raise ConfigError(f"config file {p} holds a {type(overlay).__name__}, not a mapping of config keys")
+        config = deep_merge(config, overlay)
     return validate(config)
 
 

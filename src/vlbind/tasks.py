@@ -104,6 +104,13 @@ class StageSpec:
         return asdict(self)
 
 
+def max_position(n_pairs: int, noise_tokens: int = 0) -> int:
+    """The largest RoPE position id of a text retrieval prompt with `n_pairs` objects and `noise_tokens`
+    noise positions between consecutive context pairs (the layout in the module docstring): the model's
+    max_positions must exceed it. Image contexts carry no noise; their length depends on the encoder."""
+    return 5 * n_pairs + 2 + noise_tokens * (n_pairs - 1)
+
+
 @dataclass
 class Batch:
     """A batch of prompts. Arrays are numpy; (B, T) arrays are right-padded with [PAD] / Role.PAD."""
