@@ -12,7 +12,7 @@ from vlbind.tasks import StageSpec
 from vlbind.train import train_stage
 
 sm = snakemake  # noqa: F821 (injected by Snakemake)
-setup_logging(sm.log[0])
+setup_logging(sm.log[0], history=Path(sm.output.model).with_name("train.log"))  # keeps killed attempts
 torch.set_num_threads(sm.threads)
 params, seed = sm.params.stage, int(sm.wildcards.seed)
 device = vlconfig.resolve_device(sm.params.device)
@@ -23,9 +23,8 @@ if parent:
 else:
     model = Transformer(ModelConfig(**params["model"]))
 bank = None
-if sm.input.get("features"):
-    features, objects = sm.input.features
-    bank = ImageBank.open(Path(objects).parent, features)
+if "features" in sm.input.keys():
+    bank = ImageBank.open(Path(sm.input.objects).parent, sm.input.features)
 if "projector" in params:  # the first image stage gives the text model its visual projector
     model.attach_projector(bank.dim, params["projector"]["mult"], params["projector"]["scale"])
 start = params.get("start")

@@ -79,22 +79,25 @@ def test_counterfactual_pairs_print_both_prompts_and_five_distinct_predictions()
     assert proc.returncode == 2 and "5" in proc.stderr
 
 
-def test_a_rule_log_keeps_the_lines_of_an_earlier_attempt(tmp_path):
-    """A killed training job resumes when run again; its log must not lose the killed attempt's lines."""
+def test_a_training_history_log_keeps_the_lines_of_a_killed_attempt(tmp_path):
+    """A killed training job resumes when run again; Snakemake deletes its rule log first, the history log
+    beside the resume state keeps every attempt."""
     import logging
 
     from vlbind.cli import setup_logging
 
-    path = tmp_path / "logs" / "job.log"
+    rule_log, history = tmp_path / "logs" / "job.log", tmp_path / "models" / "train.log"
     try:
-        setup_logging(str(path)).info("first attempt: step 1000")
-        setup_logging(str(path)).info("second attempt: resumed from step 1000")
+        setup_logging(str(rule_log), history=history).info("first attempt: step 1000")
+        rule_log.unlink()  # what Snakemake does before running the job again
+        setup_logging(str(rule_log), history=history).info("second attempt: resumed from step 1000")
     finally:
         logging.basicConfig(handlers=[logging.StreamHandler()], force=True)
         sys.excepthook = sys.__excepthook__
-    messages = [line.split(": ", 1)[1] for line in path.read_text().splitlines()]  # after "time level name: "
+    messages = [line.split(": ", 1)[1] for line in history.read_text().splitlines()]  # after "time level name: "
     assert len(messages) == 4 and all(m.startswith("job started") for m in messages[0::2])
     assert messages[1::2] == ["first attempt: step 1000", "second attempt: resumed from step 1000"]
+    assert rule_log.read_text().splitlines()[-1].endswith("second attempt: resumed from step 1000")
 
 
 def test_check_config_names_the_file_and_line_of_a_yaml_error_and_passes_a_good_overlay(tmp_path):

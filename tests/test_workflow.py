@@ -4,6 +4,7 @@ These run Snakemake as a user would, in a copy of the workflow in a temporary di
 """
 
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -29,8 +30,9 @@ RUNS = {"text_only": [f"seed{s}" for s in SEEDS], "noise_text": [f"seed{s}" for 
         "noise_image_text": [f"seed{s}-{e}" for s in SEEDS for e in ENCODERS]}
 
 
-def snakemake(workdir, *args, check=True):
-    proc = subprocess.run([*SNAKEMAKE, "--cores", "2", *args], cwd=workdir, capture_output=True, text=True)
+def snakemake(workdir, *args, check=True, cores="2"):
+    cores = ["--cores", cores] if cores else []  # None: what the profile says
+    proc = subprocess.run([*SNAKEMAKE, *cores, *args], cwd=workdir, capture_output=True, text=True)
     if check and proc.returncode:
         raise AssertionError(f"snakemake {' '.join(args)} failed:\n{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}")
     return proc
@@ -112,7 +114,7 @@ def test_every_stage_has_a_checkpoint_and_every_job_a_log(smoke_tree):
     runs += [(f"seed{s}-{e}", stage) for s in SEEDS for e in ENCODERS for stage in VISION_STAGES]
     for run, stage in runs:
         d = smoke_tree / f"results/models/{run}/{stage}"
-        assert {"model.safetensors", "meta.json", "metrics.parquet"} <= {p.name for p in d.iterdir()}
+        assert {"model.safetensors", "meta.json", "metrics.parquet", "train.log"} <= {p.name for p in d.iterdir()}
         assert (smoke_tree / f"results/logs/train/{run}/{stage}.log").stat().st_size > 0
     assert len(list((smoke_tree / "results/logs/evaluate").rglob("*.log"))) == sum(len(r) for r in RUNS.values())
     logs = ["render/per_object.log", "figures/fig7.log", "encoders/cnn_tiny.log"]
@@ -121,6 +123,19 @@ def test_every_stage_has_a_checkpoint_and_every_job_a_log(smoke_tree):
     for encoder, dim in (("vit_tiny", 192), ("cnn_tiny", 512)):
         meta = json.loads((smoke_tree / f"results/models/seed0-{encoder}/image/meta.json").read_text())
         assert meta["parent"] == "results/models/seed0/grounding" and meta["model_config"]["image_dim"] == dim
+
+
+def test_a_changed_features_index_reruns_the_vision_stages_that_read_it(smoke_tree):
+    index = smoke_tree / f"results/features/{ENCODER}/per_object.json"
+    text, stat = index.read_text(), index.stat()
+    try:
+        index.write_text("garbled")
+        jobs = scheduled(snakemake(smoke_tree, "-n", "--configfile", "config/smoke.yaml").stdout)
+    finally:  # leave the tree as the other tests expect it
+        index.write_text(text)
+        os.utime(index, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    readers = {("train_vision", f"seed={s}, encoder={ENCODER}, stage={st}") for s in SEEDS for st in ("image", "mixed")}
+    assert readers <= jobs
 
 
 def test_complete_tree_schedules_nothing(smoke_tree):
@@ -253,15 +268,21 @@ def test_code_is_formatted_and_lint_free():
     assert fmt.returncode == 0, fmt.stdout + fmt.stderr
 
 
-def test_slurm_profile_gives_training_and_evaluation_a_gpu(tmp_path):
+def test_slurm_profile_gives_training_and_evaluation_a_gpu_and_its_threads(tmp_path):
     work = copy_workflow(tmp_path / "wf")
-    out = snakemake(work, "--profile", "profiles/slurm", "-n", "--configfile", "config/smoke.yaml").stdout
+    out = snakemake(work, "--workflow-profile", "profiles/slurm", "-n", "--configfile", "config/smoke.yaml",
+                    cores=None).stdout
     blocks = re.split(r"\n(?=(?:localrule|rule) )", out)
+    threads = yaml.safe_load((ROOT / "profiles/slurm/config.yaml").read_text())["set-threads"]
     for rule in ("train_text", "train_vision", "extract_features", "evaluate", "analyze"):
         mine = [b for b in blocks if b.startswith(f"rule {rule}:")]
         assert mine and all(re.search(r"resources:.*\bgpu=1\b", b) for b in mine)
+        assert threads[rule] > 2 and all(f"threads: {threads[rule]}\n" in b for b in mine), rule
     cpu_only = ("rule fig3:", "rule all:", "rule render_bank:")
     assert not any(re.search(r"\bgpu=", b) for b in blocks if b.startswith(cpu_only))
+    default = yaml.safe_load((ROOT / "profiles/default/config.yaml").read_text())
+    slurm = yaml.safe_load((ROOT / "profiles/slurm/config.yaml").read_text())
+    assert slurm["rerun-triggers"] == default["rerun-triggers"]
 
 
 def test_paper_config_dry_run_lists_every_stage_for_4_seeds_and_3_encoders(tmp_path):

@@ -9,13 +9,14 @@ centre; -1 for background), which is what `Batch.slots` reports at image positio
 from __future__ import annotations
 
 import copy
-import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
+
+from .files import CorruptFileError, load_npy, read_json
 
 
 @dataclass
@@ -64,8 +65,12 @@ class ImageBank:
             if not p.is_file():
                 raise FileNotFoundError(f"image bank file {p} is missing; run the render_bank / extract_features rules")
         objects = pd.read_parquet(bank_dir / "objects.parquet")
-        index = json.loads(features_path.with_suffix(".json").read_text())
-        return cls(str(objects["layout"].iloc[0]), objects, np.load(features_path, mmap_mode="r"), index)
+        index = read_json(features_path.with_suffix(".json"), "features index")
+        features = load_npy(features_path, "feature array")
+        if features.ndim != 3 or index.get("tokens_per_image") != features.shape[1]:
+            raise CorruptFileError(features_path.with_suffix(".json"), "features index",
+                                   f"it does not describe {features_path}, shape {features.shape}")
+        return cls(str(objects["layout"].iloc[0]), objects, features, index)
 
     def _patch_slots(self, o: pd.DataFrame, n_images: int) -> np.ndarray:
         side = math.isqrt(self.tokens_per_image)

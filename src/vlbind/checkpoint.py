@@ -15,7 +15,7 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import save_file
 
-from .files import atomic_write
+from .files import CorruptFileError, atomic_write, read_json
 from .model import ModelConfig, Transformer
 
 MODEL_FILE, META_FILE, METRICS_FILE = "model.safetensors", "meta.json", "metrics.parquet"
@@ -30,10 +30,22 @@ def load_tensors(path: Path) -> tuple[dict[str, torch.Tensor], dict]:
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"no checkpoint file {path}")
-    with safe_open(str(path), framework="pt") as f:
-        tensors = {k: f.get_tensor(k) for k in f.keys()}
-        metadata = json.loads((f.metadata() or {}).get("json", "{}"))
+    try:
+        with safe_open(str(path), framework="pt") as f:
+            metadata = json.loads((f.metadata() or {}).get("json", "{}"))
+            tensors = {k: f.get_tensor(k) for k in f.keys()}
+    except Exception as e:  # safetensors raises its own error types (header, truncation, JSON metadata)
+        raise CorruptFileError(path, "safetensors file", e) from None
     return tensors, metadata
+
+
+def read_metadata(path: Path) -> dict:
+    """The JSON metadata of a safetensors file written by save_tensors, without reading its tensors."""
+    try:
+        with safe_open(str(path), framework="pt") as f:
+            return json.loads((f.metadata() or {}).get("json", "{}"))
+    except Exception as e:
+        raise CorruptFileError(path, "safetensors file", e) from None
 
 
 def save_model(directory: Path, model: Transformer, meta: dict, metrics: pd.DataFrame) -> None:
@@ -55,7 +67,7 @@ def load_model(directory: Path, device: str | torch.device = "cpu") -> tuple[Tra
     model = Transformer(ModelConfig(**metadata["model_config"]))
     model.load_state_dict(tensors)
     meta_path = directory / META_FILE
-    meta = json.loads(meta_path.read_text()) if meta_path.is_file() else {}
+    meta = read_json(meta_path, "model meta.json") if meta_path.is_file() else {}
     return model.to(device), meta
 
 

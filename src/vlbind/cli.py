@@ -23,16 +23,19 @@ from pathlib import Path
 import numpy as np
 
 
-def setup_logging(path: str | None = None, level=logging.INFO) -> logging.Logger:
-    """Log with timestamps to `path` (a rule's log file), or to stderr when no path is given.
+def setup_logging(path: str | None = None, level=logging.INFO, history: str | Path | None = None) -> logging.Logger:
+    """Log with timestamps to `path` (a rule's log file), or to stderr when no path is given, and to
+    `history` as well when given.
 
-    A log file is appended to: a training job killed and run again resumes where it stopped, and its log
-    keeps the lines of the killed attempt (each attempt starts with a "job started" line)."""
-    if path:
-        Path(path).parent.mkdir(parents=True, exist_ok=True)
-    handler = logging.FileHandler(path, mode="a") if path else logging.StreamHandler(sys.stderr)
+    Files are appended to, and each attempt starts with a "job started" line. Snakemake deletes a job's log
+    before it runs the job again, so a training job passes `history` (a file beside its resume state): a job
+    killed and run again resumes where it stopped, and that file keeps the killed attempt's lines."""
+    paths = [Path(p) for p in (path, history) if p]
+    for p in paths:
+        p.parent.mkdir(parents=True, exist_ok=True)
+    handlers = [logging.FileHandler(p, mode="a") for p in paths] or [logging.StreamHandler(sys.stderr)]
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-                        handlers=[handler], force=True)
+                        handlers=handlers, force=True)
     log = logging.getLogger("vlbind")
     if path:
         log.info("job started (pid %d)", os.getpid())

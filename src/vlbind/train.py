@@ -25,6 +25,7 @@ import hashlib
 import json
 import logging
 import math
+import os
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass
@@ -37,7 +38,8 @@ import torch
 import torch.nn.functional as F
 
 from . import __version__
-from .checkpoint import load_optimizer_tensors, load_tensors, optimizer_tensors, save_model, save_tensors
+from .checkpoint import load_optimizer_tensors, load_tensors, optimizer_tensors, read_metadata, save_model, save_tensors
+from .files import CorruptFileError
 from .model import Transformer
 from .settings import from_dict
 from .tasks import BY_COLOR, RETRIEVAL, Batch, Role, StageSpec, batch_sizes, generate, pack_queries
@@ -326,9 +328,15 @@ def _load_resume(path: Path, key: str, model, opt) -> tuple[dict, dict] | None:
     """(progress, best weights) of a saved state made with the same settings, loading model and optimizer."""
     if not path.is_file():
         return None
-    tensors, meta = load_tensors(path)
-    if meta.get("key") != key:
-        log.warning("ignoring %s: it was saved with other settings or starting weights", path)
+    try:
+        if read_metadata(path).get("key") != key:
+            log.warning("ignoring %s: it was saved with other settings or starting weights", path)
+            return None
+        tensors, meta = load_tensors(path)
+    except CorruptFileError as e:  # never let a damaged state block a rerun: keep it aside, start afresh
+        aside = path.with_name(path.name + ".corrupt")
+        os.replace(path, aside)
+        log.warning("%s\nmoved it to %s; training this stage from its start", e, aside)
         return None
     model.load_state_dict(_prefixed(tensors, "model."))
     load_optimizer_tensors(opt, {k: v for k, v in tensors.items() if k.startswith("optim.")}, meta["param_groups"])

@@ -32,10 +32,12 @@ def parent_model(wildcards):
 
 
 def stage_features(wildcards):
-    """The feature bank a vision stage reads, if its prompts have image contexts."""
+    """The image bank a vision stage reads, if its prompts have image contexts: features, their index and
+    the object table (named inputs, for unpack())."""
     if not vlconfig.uses_images(config, wildcards.stage):
-        return []
-    return [f"results/features/{wildcards.encoder}/{LAYOUT}.npy", f"{BANK}/objects.parquet"]
+        return {}
+    features = f"results/features/{wildcards.encoder}/{LAYOUT}"
+    return {"features": f"{features}.npy", "index": f"{features}.json", "objects": f"{BANK}/objects.parquet"}
 
 
 def encoder_weights(wildcards):

@@ -34,8 +34,8 @@ rule train_text:
 
 rule train_vision:
     input:
+        unpack(stage_features),
         parent=parent_model,
-        features=stage_features,
     output:
         model="results/models/seed{seed}-{encoder}/{stage}/model.safetensors",
         meta="results/models/seed{seed}-{encoder}/{stage}/meta.json",
