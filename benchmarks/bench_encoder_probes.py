@@ -22,6 +22,7 @@ import torch
 
 from vlbind import config as vlconfig
 from vlbind.bank import ImageBank
+from vlbind.device import precision_for
 from vlbind.encoders import EncoderSpec, extract
 from vlbind.interp.probes import fit_and_score
 
@@ -72,7 +73,7 @@ def main() -> None:
                 out = Path(tmp) / f"{len(rows)}.npy"
                 kwargs = {"model_kwargs": {"img_size": size}} if "vit" in spec["timm_name"] else {}
                 extract(EncoderSpec.from_dict({**spec, **kwargs}), bank_dir / "images", n_images, out,
-                        precision=vlconfig.precision_for({"cpu": "auto"}, "cpu"))
+                        precision=precision_for({"cpu": "auto"}, "cpu"))
                 rows[name] = probe(ImageBank.open(bank_dir, out))
     print("| encoder | color probe | shape probe | mean pairwise cosine |\n|---|---|---|---|")
     for name, r in rows.items():

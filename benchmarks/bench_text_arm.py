@@ -33,9 +33,10 @@ import torch
 import torch.nn.functional as F
 
 from vlbind.config import precision_for
+from vlbind.inference import answer_logits, autocast
 from vlbind.model import ModelConfig, Transformer, count_parameters
 from vlbind.tasks import StageSpec, generate, pack_queries
-from vlbind.train import TrainConfig, answer_logits, autocast, make_optimizer, training_loss
+from vlbind.train import TrainConfig, make_optimizer, training_loss
 
 ROOT = Path(__file__).resolve().parents[1]
 TEXT_S5 = StageSpec(216, 216, 32, 2, 8, shuffle=True)

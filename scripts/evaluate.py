@@ -5,18 +5,19 @@ from pathlib import Path
 import pandas as pd
 import torch
 
-from vlbind import config as vlconfig
 from vlbind.checkpoint import load_model
 from vlbind.cli import setup_logging
-from vlbind.evaluate import EvalConfig, convergence, divergence, evaluate, ood_average
+from vlbind.device import precision_for, resolve_device
+from vlbind.evaluate import EvalConfig, evaluate
 from vlbind.files import atomic_write
+from vlbind.outcomes import convergence, divergence, ood_average
 
 sm = snakemake  # noqa: F821
 log = setup_logging(sm.log[0])
 torch.set_num_threads(sm.threads)
-device = vlconfig.resolve_device(sm.params.device)
+device = resolve_device(sm.params.device)
 model, meta = load_model(Path(sm.input.model).parent, device)
-table = evaluate(model, EvalConfig(**sm.params.evaluate), device, vlconfig.precision_for(sm.params.precision, device))
+table = evaluate(model, EvalConfig(**sm.params.evaluate), device, precision_for(sm.params.precision, device))
 table.insert(0, "run", sm.wildcards.run)
 table.insert(0, "variant", sm.wildcards.variant)
 table["seed"] = meta["train_config"]["seed"]

@@ -3,16 +3,17 @@ import torch
 
 from vlbind import config as vlconfig
 from vlbind.cli import setup_logging
+from vlbind.device import precision_for, resolve_device
 from vlbind.encoder_pretrain import PretrainConfig, pretrain
 
 sm = snakemake  # noqa: F821 (injected by Snakemake)
 log = setup_logging(sm.log[0])
 torch.set_num_threads(sm.threads)
-device = vlconfig.resolve_device(sm.params.device)
+device = resolve_device(sm.params.device)
 spec = sm.params.encoder
 if spec.get("pretrain") is None:
     raise vlconfig.ConfigError(f"encoder {sm.wildcards.encoder!r} has no 'pretrain' section: nothing to pretrain")
 result = pretrain(spec["timm_name"], PretrainConfig.from_dict(spec["pretrain"]), sm.params.size, sm.params.n_colors,
-                  sm.output.weights, device=device, precision=vlconfig.precision_for(sm.params.precision, device),
+                  sm.output.weights, device=device, precision=precision_for(sm.params.precision, device),
                   model_kwargs=spec.get("model_kwargs"))
 log.info("wrote %s: %s", sm.output.weights, result)

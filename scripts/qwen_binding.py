@@ -1,8 +1,8 @@
 """Snakemake adapter: interchange interventions on the boxes task for one pretrained Qwen model (Table 1)."""
 import torch
 
-from vlbind import config as vlconfig
 from vlbind.cli import setup_logging
+from vlbind.device import resolve_device
 from vlbind.files import atomic_write
 from vlbind.qwen import models
 from vlbind.qwen.binding import interchange, make_pairs
@@ -10,7 +10,7 @@ from vlbind.qwen.binding import interchange, make_pairs
 sm = snakemake  # noqa: F821 (injected by Snakemake)
 log = setup_logging(sm.log[0])
 torch.set_num_threads(sm.threads)
-device = vlconfig.resolve_device(sm.params.device)
+device = resolve_device(sm.params.device)
 spec = models.QwenModel.from_dict(sm.params.model)
 model, tok = models.for_job(spec, sm.params.tiny, sm.params.dtype, device)
 cfg = sm.params.binding

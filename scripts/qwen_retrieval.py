@@ -1,8 +1,8 @@
 """Snakemake adapter: Direct or Indirect Retrieval of one pretrained Qwen model (or its tiny stand-in)."""
 import torch
 
-from vlbind import config as vlconfig
 from vlbind.cli import setup_logging
+from vlbind.device import resolve_device
 from vlbind.files import atomic_write
 from vlbind.qwen import models
 from vlbind.qwen.prompts import PromptConfig, prompts
@@ -11,7 +11,7 @@ from vlbind.qwen.retrieval import evaluate
 sm = snakemake  # noqa: F821 (injected by Snakemake)
 log = setup_logging(sm.log[0])
 torch.set_num_threads(sm.threads)
-device = vlconfig.resolve_device(sm.params.device)
+device = resolve_device(sm.params.device)
 spec = models.QwenModel.from_dict(sm.params.model)
 model, tok = models.for_job(spec, sm.params.tiny, sm.params.dtype, device)
 cfg, gen = PromptConfig.from_dict(sm.params.prompts), sm.params.generation

@@ -7,6 +7,7 @@ from vlbind import config as vlconfig
 from vlbind.bank import ImageBank
 from vlbind.checkpoint import load_model
 from vlbind.cli import setup_logging
+from vlbind.device import resolve_device
 from vlbind.model import ModelConfig, Transformer
 from vlbind.tasks import StageSpec
 from vlbind.train import train_stage
@@ -15,7 +16,7 @@ sm = snakemake  # noqa: F821 (injected by Snakemake)
 setup_logging(sm.log[0], history=Path(sm.output.model).with_name("train.log"))  # keeps killed attempts
 torch.set_num_threads(sm.threads)
 params, seed = sm.params.stage, int(sm.wildcards.seed)
-device = vlconfig.resolve_device(sm.params.device)
+device = resolve_device(sm.params.device)
 torch.manual_seed(seed)
 parent = str(Path(sm.input.parent[0]).parent) if sm.input.parent else None
 if parent:

@@ -12,9 +12,10 @@ import torch.nn.functional as F
 from test_tasks import solve
 from test_vision import make_bank, solve_image_prompt
 
+from vlbind.inference import answer_logits
 from vlbind.model import ModelConfig, Transformer
 from vlbind.tasks import IMAGE, Role, StageSpec, assemble, generate, pack_queries, prompt_text
-from vlbind.train import answer_logits, prompt_loss
+from vlbind.train import prompt_loss
 from vlbind.vocab import VOCAB
 
 TEXT_SPECS = {

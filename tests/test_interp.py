@@ -6,6 +6,7 @@ import pytest
 import torch
 from test_tasks import solve
 
+from vlbind.inference import model_inputs
 from vlbind.interp.interchange import (
     LABELS,
     MECHANISMS,
@@ -18,12 +19,12 @@ from vlbind.interp.interchange import (
     patched_answer_logits,
     sweep,
 )
-from vlbind.interp.knockout import MATCHING, accuracy_with_knockout, analysis_prompts, edge_mask, knockout_table
+from vlbind.interp.knockout import MATCHING, accuracy_with_knockout, edge_mask, knockout_table
 from vlbind.interp.layer_relevance import block_cosines, skip_accuracy, spearman
 from vlbind.interp.probes import ProbeConfig, fit_and_score, probe_table
+from vlbind.interp.prompts import analysis_prompts
 from vlbind.model import ModelConfig, Transformer, patch_hook
 from vlbind.tasks import Role, prompt_text
-from vlbind.train import model_inputs
 from vlbind.vocab import VOCAB
 
 

@@ -8,8 +8,9 @@ import pytest
 import torch
 
 from vlbind.checkpoint import load_model
-from vlbind.evaluate import EVAL_SPEC, EvalConfig, evaluate, ood_average
+from vlbind.evaluate import EVAL_SPEC, EvalConfig, evaluate
 from vlbind.model import ModelConfig, Transformer
+from vlbind.outcomes import ood_average
 from vlbind.tasks import BY_COLOR, RETRIEVAL, StageSpec, generate
 from vlbind.train import RESUME_FILE, TrainConfig, lr_at, resume_weights, train_stage
 
@@ -134,7 +135,7 @@ def test_warmup_then_constant():
 
 def test_answer_logits_equal_the_full_forward_at_answer():
     """Training unembeds only the [ANSWER] rows; they must be exactly what the full forward gives there."""
-    from vlbind.train import answer_logits
+    from vlbind.inference import answer_logits
 
     m = fresh()
     b = generate(SPEC, 4, np.random.default_rng(0))
@@ -187,7 +188,7 @@ def test_bad_train_config_names_the_key():
 
 
 def eval_table(variant, run, accuracy_in, accuracy_out, diverged=False, min_in_distribution=None):
-    from vlbind.evaluate import convergence
+    from vlbind.outcomes import convergence
 
     t = pd.DataFrame({"n_objects": [2, 8, 9, 12], "accuracy": [accuracy_in] * 2 + [accuracy_out] * 2,
                       "in_distribution": [True, True, False, False]})
@@ -196,7 +197,7 @@ def eval_table(variant, run, accuracy_in, accuracy_out, diverged=False, min_in_d
 
 
 def test_convergence_rule_marks_runs_below_the_bar_only_when_set():
-    from vlbind.evaluate import convergence
+    from vlbind.outcomes import convergence
 
     t = eval_table("text_only", "seed0", 0.9, 0.3)
     assert convergence(t, None) is None and convergence(t, 0.9) is None

@@ -15,11 +15,12 @@ import yaml
 from vlbind.bank import ImageBank
 from vlbind.checkpoint import load_model, save_model
 from vlbind.encoders import EncoderSpec, EncoderWeightsError, extract, load_encoder, normalizer, patch_tokens
-from vlbind.evaluate import divergence
+from vlbind.inference import answer_logits, model_inputs
 from vlbind.model import ModelConfig, Transformer
+from vlbind.outcomes import divergence
 from vlbind.render import SHAPES, WEB_SAFE, RenderConfig, hex_to_rgb, layout_objects, render, render_bank
 from vlbind.tasks import IMAGE, RETRIEVAL, TEXT, Role, StageSpec, generate
-from vlbind.train import TrainConfig, answer_logits, model_inputs, train_stage
+from vlbind.train import TrainConfig, train_stage
 from vlbind.vocab import VOCAB
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -342,26 +342,26 @@ def test_settings_at_their_schema_default_are_left_out_of_stage_params():
 def test_bf16_on_a_cpu_without_bf16_instructions_warns_with_the_key_and_auto_picks_fp32(monkeypatch):
     import warnings
 
-    from vlbind import config as vlconfig
+    from vlbind import device
 
     precision = {"cuda": "bf16", "cpu": "bf16"}
-    monkeypatch.setattr(vlconfig, "cpu_has_bf16", lambda: False)
+    monkeypatch.setattr(device, "cpu_has_bf16", lambda: False)
     with pytest.warns(UserWarning, match=r"train\.precision\.cpu"):
-        assert vlconfig.precision_for(precision, "cpu") == "bf16"
-    monkeypatch.setattr(vlconfig, "cpu_has_bf16", lambda: True)
+        assert device.precision_for(precision, "cpu") == "bf16"
+    monkeypatch.setattr(device, "cpu_has_bf16", lambda: True)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        assert vlconfig.precision_for(precision, "cpu") == "bf16"
-        assert vlconfig.precision_for(precision, "cuda:1") == "bf16"
-        assert vlconfig.precision_for({"cuda": "bf16"}, "cpu") == "fp32"
+        assert device.precision_for(precision, "cpu") == "bf16"
+        assert device.precision_for(precision, "cuda:1") == "bf16"
+        assert device.precision_for({"cuda": "bf16"}, "cpu") == "fp32"
         auto = {"cuda": "auto", "cpu": "auto"}
-        assert vlconfig.precision_for(auto, "cpu") == "bf16"
-        monkeypatch.setattr(vlconfig, "cpu_has_bf16", lambda: False)
-        assert vlconfig.precision_for(auto, "cpu") == "fp32"  # no warning: auto chose for this CPU
-        monkeypatch.setattr(vlconfig, "cuda_has_bf16", lambda: True)
-        assert vlconfig.precision_for(auto, "cuda:0") == "bf16"
-        monkeypatch.setattr(vlconfig, "cuda_has_bf16", lambda: False)
-        assert vlconfig.precision_for(auto, "cuda:0") == "fp32"
+        assert device.precision_for(auto, "cpu") == "bf16"
+        monkeypatch.setattr(device, "cpu_has_bf16", lambda: False)
+        assert device.precision_for(auto, "cpu") == "fp32"  # no warning: auto chose for this CPU
+        monkeypatch.setattr(device, "cuda_has_bf16", lambda: True)
+        assert device.precision_for(auto, "cuda:0") == "bf16"
+        monkeypatch.setattr(device, "cuda_has_bf16", lambda: False)
+        assert device.precision_for(auto, "cuda:0") == "fp32"
 
 
 def test_qwen_sub_dag_runs_on_tiny_models_to_every_figure_and_table1(tmp_path):

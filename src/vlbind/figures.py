@@ -27,7 +27,7 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
 
-from .evaluate import ood_average  # noqa: E402
+from .outcomes import ood_average  # noqa: E402
 
 VARIANT_ORDER = ["text_only", "noise_text", "image_text", "noise_image_text"]
 VARIANT_COLORS = dict(zip(VARIANT_ORDER, sns.color_palette("tab10", 4)))
@@ -224,7 +224,7 @@ def fig10(df: pd.DataFrame, path, note: str = "", circuits: pd.DataFrame | None 
     for k, v in enumerate(variants):
         d = df[df["variant"] == v]
         role = d[d["kind"] == "role"].pivot_table(index="source", columns="target", values="drop", aggfunc="mean")
-        order = list(dict.fromkeys(d["source"]))  # the order of vlbind.interp.knockout.ROLES
+        order = list(dict.fromkeys(d["source"]))  # the order of vlbind.interp.prompts.ROLES
         role = role.reindex(index=[r for r in order if r in role.index],
                             columns=[r for r in order if r in role.columns])
         sns.heatmap(role, ax=axes[0][k], cmap="Reds", vmin=0, vmax=max(0.05, float(np.nanmax(role.to_numpy()))),

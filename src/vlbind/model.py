@@ -311,6 +311,16 @@ class Transformer(nn.Module):
         return self.logits(self.residual(tokens, positions, images, blocks=blocks))
 
     # --- hook API -------------------------------------------------------------------------------
+    def run_with_cache(self, names: Iterable[str], tokens: torch.Tensor, positions: torch.Tensor | None = None,
+                       images: tuple[torch.Tensor, torch.Tensor] | None = None,
+                       blocks: torch.Tensor | None = None) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """(final residual stream (B, T, d), {name: the tensor at hook point `name`, detached}) of one forward
+        pass, as TransformerLens's run_with_cache (which returns logits: apply `logits` to the first)."""
+        cache: dict[str, torch.Tensor] = {}
+        with self.hooks([(name, cache_hook(cache)) for name in names]):
+            resid = self.residual(tokens, positions, images, blocks=blocks)
+        return resid, cache
+
     def hook_points(self) -> dict[str, HookPoint]:
         return {name: m for name, m in self.named_modules() if isinstance(m, HookPoint)}
 
@@ -340,7 +350,17 @@ def block_mask(blocks: torch.Tensor) -> torch.Tensor:
     return (causal & same)[:, None]
 
 
-# --- small hook builders used by the analyses --------------------------------------------------
+# --- hook names, and small hook builders used by the analyses ----------------------------------
+
+def hook_name(layer: int, point: str) -> str:
+    """The name of hook point `point` of block `layer`: hook_name(3, "attn.hook_k") == "blocks.3.attn.hook_k"."""
+    return f"blocks.{layer}.{point}"
+
+
+def resid_name(layer: int, n_layers: int) -> str:
+    """The residual stream entering block `layer`; layer == n_layers names the stream after the last block."""
+    return hook_name(layer, "hook_resid_pre") if layer < n_layers else hook_name(n_layers - 1, "hook_resid_post")
+
 
 def cache_hook(store: dict) -> HookFn:
     """A hook that records its tensor under its name (read access)."""
@@ -374,7 +394,7 @@ def skip_block_hooks(layer: int) -> list[tuple[str, HookFn]]:
 
     def restore(x, name):
         return saved.pop("x")
-    return [(f"blocks.{layer}.hook_resid_pre", keep), (f"blocks.{layer}.hook_resid_post", restore)]
+    return [(hook_name(layer, "hook_resid_pre"), keep), (hook_name(layer, "hook_resid_post"), restore)]
 
 
 def count_parameters(model: nn.Module) -> int:

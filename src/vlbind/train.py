@@ -27,7 +27,7 @@ import logging
 import math
 import os
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -40,6 +40,7 @@ import torch.nn.functional as F
 from . import __version__
 from .checkpoint import load_optimizer_tensors, load_tensors, optimizer_tensors, read_metadata, save_model, save_tensors
 from .files import CorruptFileError
+from .inference import accuracy, answer_logits
 from .model import Transformer
 from .settings import from_dict
 from .tasks import BY_COLOR, RETRIEVAL, Batch, Role, StageSpec, batch_sizes, generate, pack_queries
@@ -99,34 +100,6 @@ def lr_at(step: int, cfg: TrainConfig) -> float:
     return cfg.lr * min(1.0, step / max(1, cfg.warmup_steps))
 
 
-def model_inputs(batch: Batch, device, bank: ImageBank | None = None):
-    """(tokens, positions, images) tensors for Transformer.residual; image features are read from `bank`."""
-    tokens = torch.from_numpy(batch.tokens).to(device, non_blocking=True)
-    positions = torch.from_numpy(batch.positions).to(device, non_blocking=True)
-    images = None
-    mask = batch.image_ids >= 0
-    if mask.any():
-        if bank is None:
-            raise ValueError("the batch holds image-context prompts but no image bank was given")
-        features = torch.from_numpy(bank.gather(batch.image_ids[mask], batch.patches[mask]))
-        images = (torch.from_numpy(mask).to(device), features.to(device, non_blocking=True))
-    return tokens, positions, images
-
-
-def answer_logits(model: Transformer, batch: Batch, device, precision: str = "fp32",
-                  bank: ImageBank | None = None, at: np.ndarray | None = None) -> torch.Tensor:
-    """Logits at each prompt's [ANSWER] position, (B, vocab), float32; for a packed batch at every query
-    block's [ANSWER], (B, Q, vocab); with `at` (B, K), at those positions instead (entries -1, the padding
-    of answer_pos, give meaningless rows). The last block and the unembedding run there only."""
-    tokens, positions, images = model_inputs(batch, device, bank)
-    blocks = None if batch.blocks is None else torch.from_numpy(batch.blocks).to(device)
-    at = batch.answer_pos if at is None else at
-    with autocast(device, precision):
-        at = torch.from_numpy(np.maximum(at, 0)).to(tokens.device)
-        logits = model.logits(model.residual(tokens, positions, images, at=at, blocks=blocks))
-    return logits.float()
-
-
 def prompt_loss(logits: torch.Tensor, target: np.ndarray) -> torch.Tensor:
     """Cross-entropy, a mean over prompts. logits (B, K, vocab), target (B, K) with -1 where a prompt has no
     label: each prompt's loss is the mean over its labels, so every prompt weighs the same whatever its
@@ -161,34 +134,6 @@ def training_loss(model: Transformer, batch: Batch, cfg: TrainConfig, device, ba
     logits = answer_logits(model, batch, device, cfg.precision, bank, at=np.concatenate([at, pos], 1))
     Q = at.shape[1]
     return prompt_loss(logits[:, :Q], target) + cfg.binding_loss * prompt_loss(logits[:, Q:], bound)
-
-
-def autocast(device, precision: str):
-    device_type = torch.device(device).type
-    return torch.autocast(device_type, dtype=torch.bfloat16, enabled=precision == "bf16")
-
-
-@torch.no_grad()
-def count_correct(model: Transformer, batches: Iterable[Batch], device, precision: str = "fp32",
-                  bank: ImageBank | None = None) -> tuple[int, int]:
-    """(argmax at [ANSWER] == target, prompts) over `batches`, in eval mode; the model's mode is restored."""
-    was_training = model.training
-    model.eval()
-    hits = total = 0
-    try:
-        for b in batches:
-            pred = answer_logits(model, b, device, precision, bank).argmax(-1).cpu().numpy()
-            hits += int((pred == b.target).sum())
-            total += len(b)
-    finally:
-        model.train(was_training)
-    return hits, total
-
-
-def accuracy(model: Transformer, batches: Iterable[Batch], device, precision: str = "fp32",
-             bank: ImageBank | None = None) -> float:
-    hits, total = count_correct(model, batches, device, precision, bank)
-    return hits / total
 
 
 def validation_set(spec: StageSpec, cfg: TrainConfig, chunk: int = 256, bank: ImageBank | None = None) -> list[Batch]:

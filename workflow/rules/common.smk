@@ -1,4 +1,5 @@
 # Config validation and the helpers rules share. Nothing here imports torch: building the DAG stays cheap.
+import vlbind.interp
 from vlbind import config as vlconfig
 
 try:
@@ -74,7 +75,7 @@ def all_meta():
     return sorted(paths)
 
 
-ANALYSES = ["interchange", "knockout", "probes", "layer_relevance"]
+ANALYSES = list(vlbind.interp.ANALYSES)
 # figure -> the analysis whose tables it draws (names of the paper's figures; layer relevance is ours)
 INTERP_FIGURES = {
     "fig4": "interchange",

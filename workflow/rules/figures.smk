@@ -7,7 +7,11 @@ rule fig3:
         tables=eval_tables(),
         code="src/vlbind/figures.py",
     output:
-        pdf="results/figures/fig3.pdf",
+        pdf=report(
+            "results/figures/fig3.pdf",
+            caption="../report/fig3.rst",
+            category="1 Generalization (both arms)",
+        ),
     log:
         "results/logs/figures/fig3.log",
     benchmark:
@@ -25,7 +29,11 @@ rule fig8:
         tables=eval_tables(),
         code="src/vlbind/figures.py",
     output:
-        pdf="results/figures/fig8.pdf",
+        pdf=report(
+            "results/figures/fig8.pdf",
+            caption="../report/fig8.rst",
+            category="1 Generalization (both arms)",
+        ),
     log:
         "results/logs/figures/fig8.log",
     benchmark:
@@ -43,7 +51,11 @@ rule training_table:
         meta=all_meta(),
         code="src/vlbind/figures.py",
     output:
-        csv="results/tables/training.csv",
+        csv=report(
+            "results/tables/training.csv",
+            caption="../report/training_table.rst",
+            category="2 Training (text and vision arms)",
+        ),
     log:
         "results/logs/figures/training_table.log",
     benchmark:
@@ -59,7 +71,11 @@ rule ood_table:
         tables=eval_tables(),
         code="src/vlbind/figures.py",
     output:
-        csv="results/tables/ood_accuracy.csv",
+        csv=report(
+            "results/tables/ood_accuracy.csv",
+            caption="../report/ood_table.rst",
+            category="1 Generalization (both arms)",
+        ),
     log:
         "results/logs/figures/ood_table.log",
     benchmark:
@@ -76,7 +92,11 @@ rule fig7:
         images=f"{BANK}/images",
         code="src/vlbind/figures.py",
     output:
-        pdf="results/figures/fig7.pdf",
+        pdf=report(
+            "results/figures/fig7.pdf",
+            caption="../report/fig7.rst",
+            category="2 Training (text and vision arms)",
+        ),
     log:
         "results/logs/figures/fig7.log",
     benchmark:

@@ -30,7 +30,11 @@ rule circuits:
         probes=interp_tables("probes"),
         code="src/vlbind/interp/interchange.py",
     output:
-        csv="results/tables/circuits.csv",
+        csv=report(
+            "results/tables/circuits.csv",
+            caption="../report/circuits.rst",
+            category="3 Analyses",
+        ),
     log:
         "results/logs/figures/circuits.log",
     benchmark:
@@ -49,7 +53,11 @@ rule interp_figure:
         circuits=rules.circuits.output.csv,
         code="src/vlbind/figures.py",
     output:
-        pdf="results/figures/{fig}.pdf",
+        pdf=report(
+            "results/figures/{fig}.pdf",
+            caption="../report/interp_figure.rst",
+            category="3 Analyses",
+        ),
     log:
         "results/logs/figures/{fig}.log",
     benchmark:

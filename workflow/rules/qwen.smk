@@ -34,7 +34,11 @@ rule fig2:
         tables=qwen_tables(),
         code="src/vlbind/qwen/figures.py",
     output:
-        pdf="results/figures/fig2.pdf",
+        pdf=report(
+            "results/figures/fig2.pdf",
+            caption="../report/qwen_retrieval.rst",
+            category="4 Qwen LLMs vs VLMs",
+        ),
     log:
         "results/logs/figures/fig2.log",
     conda:
@@ -47,7 +51,11 @@ rule fig2:
 
 use rule fig2 as fig6 with:
     output:
-        pdf="results/figures/fig6.pdf",
+        pdf=report(
+            "results/figures/fig6.pdf",
+            caption="../report/qwen_retrieval.rst",
+            category="4 Qwen LLMs vs VLMs",
+        ),
     log:
         "results/logs/figures/fig6.log",
 
@@ -81,7 +89,11 @@ rule table1:
     input:
         tables=expand("results/qwen/binding/{model}.parquet", model=QWEN["models"]),
     output:
-        csv="results/tables/table1.csv",
+        csv=report(
+            "results/tables/table1.csv",
+            caption="../report/table1.rst",
+            category="4 Qwen LLMs vs VLMs",
+        ),
     log:
         "results/logs/figures/table1.log",
     conda:
@@ -120,7 +132,11 @@ rule fig14:
         tables=expand("results/qwen/probes/{model}.parquet", model=QWEN["models"]),
         code="src/vlbind/qwen/figures.py",
     output:
-        pdf="results/figures/fig14.pdf",
+        pdf=report(
+            "results/figures/fig14.pdf",
+            caption="../report/qwen_probes.rst",
+            category="4 Qwen LLMs vs VLMs",
+        ),
     log:
         "results/logs/figures/fig14.log",
     conda:
@@ -133,7 +149,11 @@ rule fig14:
 
 use rule fig14 as fig15 with:
     output:
-        pdf="results/figures/fig15.pdf",
+        pdf=report(
+            "results/figures/fig15.pdf",
+            caption="../report/qwen_probes.rst",
+            category="4 Qwen LLMs vs VLMs",
+        ),
     log:
         "results/logs/figures/fig15.log",
 

@@ -32,9 +32,9 @@ import numpy as np
 import pandas as pd
 import torch
 
-from ..model import Transformer, cache_hook
+from ..inference import answer_logits, model_inputs
+from ..model import Transformer, hook_name, resid_name
 from ..tasks import BY_COLOR, RETRIEVAL, Batch, StageSpec, assemble, generate
-from ..train import answer_logits, model_inputs
 
 MECHANISMS = ("positional", "color_key", "shape_key", "reflexive", "no_effect")
 LABELS = (*MECHANISMS, "mixed")
@@ -82,28 +82,14 @@ def label_predictions(predicted: np.ndarray, predictions: np.ndarray) -> np.ndar
     return np.where(match.any(-1), match.argmax(-1), LABELS.index("mixed"))
 
 
-def _resid_hook_name(model: Transformer, layer: int) -> str:
-    """The residual stream entering block `layer`; layer == n_layers is the stream after the last block."""
-    n = model.cfg.n_layers
-    return f"blocks.{layer}.hook_resid_pre" if layer < n else f"blocks.{n - 1}.hook_resid_post"
-
-
 @torch.no_grad()
 def answer_residuals(model: Transformer, batch: Batch, layers: list[int], device="cpu") -> torch.Tensor:
     """(len(layers), B, d) residual stream at each prompt's [ANSWER] position entering each layer."""
     rows = torch.arange(len(batch), device=device)
     ans = torch.as_tensor(batch.answer_pos, device=device)
-    store = {}
-
-    def grab(layer):
-        def fn(x, name):
-            store[layer] = x[rows, ans].clone()
-        return fn
-
-    tokens, positions, _ = model_inputs(batch, device)
-    with model.hooks([(_resid_hook_name(model, layer), grab(layer)) for layer in layers]):
-        model.residual(tokens, positions)
-    return torch.stack([store[layer] for layer in layers])
+    names = [resid_name(layer, model.cfg.n_layers) for layer in layers]
+    _, cache = model.run_with_cache(names, *model_inputs(batch, device)[:2])
+    return torch.stack([cache[name][rows, ans] for name in names])
 
 
 @torch.no_grad()
@@ -120,17 +106,15 @@ def patched_answer_logits(model: Transformer, batch: Batch, layers: list[int], v
     """
     n = model.cfg.n_layers
     tokens, positions, _ = model_inputs(batch, device)
-    cache: dict[str, torch.Tensor] = {}
-    names = [f"blocks.{i}.attn.hook_{kv}" for i in range(n) for kv in "kv"]
-    with model.hooks([(name, cache_hook(cache)) for name in names]):
-        model.residual(tokens, positions)
+    names = [hook_name(i, f"attn.hook_{kv}") for i in range(n) for kv in "kv"]
+    _, cache = model.run_with_cache(names, tokens, positions)
     rows = torch.arange(len(batch), device=device)
     ans = torch.as_tensor(batch.answer_pos, device=device)
     valid = torch.arange(tokens.shape[1], device=device)[None, :] < ans[:, None]  # strictly earlier positions
     L = len(layers)
     x = model.embed(tokens[rows, ans])[:, None, :].expand(-1, L, -1)
-    keys = [cache[f"blocks.{i}.attn.hook_k"] for i in range(n)]
-    vals = [cache[f"blocks.{i}.attn.hook_v"] for i in range(n)]
+    keys = [cache[hook_name(i, "attn.hook_k")] for i in range(n)]
+    vals = [cache[hook_name(i, "attn.hook_v")] for i in range(n)]
     out = model.extend(x, positions[rows, ans][:, None].expand(-1, L), keys, vals, valid, independent=True,
                        start=torch.as_tensor(layers, device=device), inject=values.transpose(0, 1))
     return model.logits(out).transpose(0, 1)

@@ -17,33 +17,15 @@ import numpy as np
 import pandas as pd
 import torch
 
-from ..model import Transformer, knockout_hook
-from ..tasks import BY_COLOR, RETRIEVAL, Batch, Role, StageSpec, batch_sizes, generate
-from ..train import accuracy, count_correct
+from ..inference import accuracy, count_correct
+from ..model import Transformer, hook_name, knockout_hook
+from ..tasks import Batch
+from .prompts import ROLES, analysis_prompts, slot_of_positions
 
-# Text prompts of <= 8 objects queried by color, as the paper analyses (full vocabulary, shuffled).
-ANALYSIS_SPEC = StageSpec(n_colors=216, n_shapes=216, n_items=32, min_pairs=2, max_pairs=8, shuffle=True)
-ROLES = {"context color": Role.CONTEXT_COLOR, "context shape": Role.CONTEXT_SHAPE,
-         "association shape": Role.ASSOCIATION_KEY, "association item": Role.ASSOCIATION_ITEM,
-         "query": Role.QUERY, "answer": Role.ANSWER}
 # (source, target, same slot?) of appendix G's matching edges; [ANSWER]'s slot is the queried object's.
 MATCHING = [("query", "context color"), ("query", "context shape"), ("association shape", "context shape"),
             ("association item", "association shape"), ("context shape", "context color"),
             ("answer", "query"), ("answer", "association item")]
-
-
-def analysis_prompts(n: int, seed: int, batch_size: int = 256, spec: StageSpec = ANALYSIS_SPEC) -> list[Batch]:
-    rng = np.random.default_rng([seed, 0x40])
-    return [generate(spec, size, rng, task=RETRIEVAL, query_by=BY_COLOR, noise=False)
-            for size in batch_sizes(n, batch_size)]
-
-
-def slot_of_positions(batch: Batch) -> np.ndarray:
-    """(B, T) object slot per position, with [ANSWER] given the queried slot."""
-    slots = batch.slots.astype(np.int64)
-    rows = np.arange(len(batch))
-    slots[rows, batch.answer_pos] = batch.query_slot
-    return slots
 
 
 def edge_mask(batch: Batch, source: str, target: str, matching: bool) -> np.ndarray:
@@ -65,7 +47,7 @@ def accuracy_with_knockout(model: Transformer, batches: list[Batch], masks: list
     if masks is None:
         return accuracy(model, batches, device)
     hits = total = 0
-    names = [f"blocks.{i}.attn.hook_attn_scores" for i in range(model.cfg.n_layers)]
+    names = [hook_name(i, "attn.hook_attn_scores") for i in range(model.cfg.n_layers)]
     for b, m in zip(batches, masks):
         with model.hooks([(n, knockout_hook(torch.as_tensor(m, device=device))) for n in names]):
             h, t = count_correct(model, [b], device)

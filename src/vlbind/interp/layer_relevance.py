@@ -11,10 +11,10 @@ import pandas as pd
 import torch
 import torch.nn.functional as F
 
-from ..model import Transformer, cache_hook, skip_block_hooks
+from ..inference import accuracy, model_inputs
+from ..model import Transformer, hook_name, skip_block_hooks
 from ..tasks import Batch, Role
-from ..train import accuracy, model_inputs
-from .knockout import analysis_prompts
+from .prompts import analysis_prompts
 
 
 @torch.no_grad()
@@ -25,14 +25,12 @@ def block_cosines(model: Transformer, batches: list[Batch], device="cpu") -> np.
     L = model.cfg.n_layers
     sums, count = np.zeros(L), 0
     for b in batches:
-        store = {}
-        names = [f"blocks.{i}.hook_resid_{w}" for i in range(L) for w in ("pre", "post")]
-        tokens, positions, _ = model_inputs(b, device)
-        with model.hooks([(n, cache_hook(store)) for n in names]):
-            model.residual(tokens, positions)
+        names = [hook_name(i, f"hook_resid_{w}") for i in range(L) for w in ("pre", "post")]
+        _, store = model.run_with_cache(names, *model_inputs(b, device)[:2])
         real = torch.as_tensor(b.roles != Role.PAD, device=device)
         for i in range(L):
-            cos = F.cosine_similarity(store[f"blocks.{i}.hook_resid_pre"], store[f"blocks.{i}.hook_resid_post"], dim=-1)
+            pre, post = store[hook_name(i, "hook_resid_pre")], store[hook_name(i, "hook_resid_post")]
+            cos = F.cosine_similarity(pre, post, dim=-1)
             sums[i] += float(cos[real].sum())
         count += int(real.sum())
     return sums / count

@@ -19,10 +19,10 @@ import numpy as np
 import pandas as pd
 import torch
 
-from ..model import Transformer, cache_hook
+from ..inference import model_inputs
+from ..model import Transformer, resid_name
 from ..tasks import Batch
-from ..train import model_inputs
-from .knockout import ROLES, analysis_prompts, slot_of_positions
+from .prompts import ROLES, analysis_prompts, slot_of_positions
 
 PROBE_ROLES = ("context color", "context shape", "association shape", "association item", "query", "answer")
 ATTRIBUTES = ("slot", "color", "shape", "item")
@@ -41,14 +41,11 @@ def collect(model: Transformer, batches: list[Batch], device="cpu") -> dict[str,
     """Per role: residuals (L+1, N, d) at its positions and the labels (N,) of each attribute."""
     model.eval()
     L = model.cfg.n_layers
-    names = [f"blocks.{i}.hook_resid_pre" for i in range(L)] + [f"blocks.{L - 1}.hook_resid_post"]
+    names = [resid_name(i, L) for i in range(L + 1)]
     feats: dict[str, list] = {r: [] for r in PROBE_ROLES}
     labels: dict[str, dict[str, list]] = {r: {a: [] for a in ATTRIBUTES} for r in PROBE_ROLES}
     for b in batches:
-        store: dict[str, torch.Tensor] = {}
-        tokens, positions, _ = model_inputs(b, device)
-        with model.hooks([(n, cache_hook(store)) for n in names]):
-            model.residual(tokens, positions)
+        _, store = model.run_with_cache(names, *model_inputs(b, device)[:2])
         stack = torch.stack([store[n] for n in names]).cpu().numpy()  # (L+1, B, T, d)
         slots = slot_of_positions(b)
         for role in PROBE_ROLES:

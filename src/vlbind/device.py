@@ -1,0 +1,55 @@
+"""Which device a job runs on and in which autocast precision: `device: auto` and `precision: auto` in the
+config resolve here, for the machine the job lands on (torch is imported only when CUDA is asked about).
+"""
+
+from __future__ import annotations
+
+import functools
+import warnings
+from pathlib import Path
+
+from .config import ConfigError
+
+
+def resolve_device(name: str) -> str:
+    import torch
+
+    if name == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if name.startswith("cuda") and not torch.cuda.is_available():
+        raise ConfigError(f"config 'device: {name}' asks for CUDA, which this machine lacks; use 'auto' or 'cpu'")
+    return name
+
+
+def precision_for(precision: dict, device: str) -> str:
+    """The autocast precision a `train.precision` section gives `device` ('cuda:1' -> its 'cuda' entry).
+    'auto' on a CPU is bf16 where the CPU has native bf16 instructions, else fp32 (emulated bf16 was 7-12x
+    slower per training step than fp32 on an AVX2-only CPU; benchmarks-text-arm.md); 'auto' on CUDA is bf16
+    where the GPU supports it (Ampere and newer), else fp32.
+    Warns when bf16 is asked for explicitly on a CPU without native bf16."""
+    kind = device.split(":")[0]
+    chosen = precision.get(kind, "fp32")
+    if chosen == "auto":
+        return "bf16" if (cpu_has_bf16() if kind == "cpu" else cuda_has_bf16()) else "fp32"
+    if chosen == "bf16" and kind == "cpu" and not cpu_has_bf16():
+        warnings.warn("bf16 autocast on a CPU without AVX512-BF16 or AMX is several times slower than fp32; set "
+                      "train.precision.cpu and vision.precision.cpu to auto or fp32 in your config", stacklevel=2)
+    return chosen
+
+
+@functools.cache
+def cpu_has_bf16() -> bool:
+    """Whether this CPU has bf16 instructions (Linux: /proc/cpuinfo flags avx512_bf16 or amx_bf16); True
+    where that cannot be read, so nothing warns by mistake."""
+    try:
+        flags = Path("/proc/cpuinfo").read_text().split()
+    except OSError:
+        return True
+    return "avx512_bf16" in flags or "amx_bf16" in flags
+
+
+def cuda_has_bf16() -> bool:
+    """Whether the CUDA GPU computes bf16 natively (Ampere and newer)."""
+    import torch
+
+    return torch.cuda.is_available() and torch.cuda.is_bf16_supported(including_emulation=False)

@@ -1,0 +1,75 @@
+"""Running a trained model on prompts: tensors from a Batch, logits at the [ANSWER] positions under the chosen
+autocast precision, and accuracy. Shared by training (validation), evaluation and the analyses; nothing here
+trains.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
+
+import numpy as np
+import torch
+
+from .model import Transformer
+from .tasks import Batch
+
+if TYPE_CHECKING:
+    from .bank import ImageBank
+
+
+def model_inputs(batch: Batch, device, bank: ImageBank | None = None):
+    """(tokens, positions, images) tensors for Transformer.residual; image features are read from `bank`."""
+    tokens = torch.from_numpy(batch.tokens).to(device, non_blocking=True)
+    positions = torch.from_numpy(batch.positions).to(device, non_blocking=True)
+    images = None
+    mask = batch.image_ids >= 0
+    if mask.any():
+        if bank is None:
+            raise ValueError("the batch holds image-context prompts but no image bank was given")
+        features = torch.from_numpy(bank.gather(batch.image_ids[mask], batch.patches[mask]))
+        images = (torch.from_numpy(mask).to(device), features.to(device, non_blocking=True))
+    return tokens, positions, images
+
+
+def answer_logits(model: Transformer, batch: Batch, device, precision: str = "fp32",
+                  bank: ImageBank | None = None, at: np.ndarray | None = None) -> torch.Tensor:
+    """Logits at each prompt's [ANSWER] position, (B, vocab), float32; for a packed batch at every query
+    block's [ANSWER], (B, Q, vocab); with `at` (B, K), at those positions instead (entries -1, the padding
+    of answer_pos, give meaningless rows). The last block and the unembedding run there only."""
+    tokens, positions, images = model_inputs(batch, device, bank)
+    blocks = None if batch.blocks is None else torch.from_numpy(batch.blocks).to(device)
+    at = batch.answer_pos if at is None else at
+    with autocast(device, precision):
+        at = torch.from_numpy(np.maximum(at, 0)).to(tokens.device)
+        logits = model.logits(model.residual(tokens, positions, images, at=at, blocks=blocks))
+    return logits.float()
+
+
+def autocast(device, precision: str):
+    """bf16 autocast on `device` when precision is "bf16", else a no-op context."""
+    device_type = torch.device(device).type
+    return torch.autocast(device_type, dtype=torch.bfloat16, enabled=precision == "bf16")
+
+
+@torch.no_grad()
+def count_correct(model: Transformer, batches: Iterable[Batch], device, precision: str = "fp32",
+                  bank: ImageBank | None = None) -> tuple[int, int]:
+    """(argmax at [ANSWER] == target, prompts) over `batches`, in eval mode; the model's mode is restored."""
+    was_training = model.training
+    model.eval()
+    hits = total = 0
+    try:
+        for b in batches:
+            pred = answer_logits(model, b, device, precision, bank).argmax(-1).cpu().numpy()
+            hits += int((pred == b.target).sum())
+            total += len(b)
+    finally:
+        model.train(was_training)
+    return hits, total
+
+
+def accuracy(model: Transformer, batches: Iterable[Batch], device, precision: str = "fp32",
+             bank: ImageBank | None = None) -> float:
+    hits, total = count_correct(model, batches, device, precision, bank)
+    return hits / total

@@ -1,0 +1,28 @@
+"""The prompts every analysis runs on, and the names of prompt roles the analyses' tables use."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..tasks import BY_COLOR, RETRIEVAL, Batch, Role, StageSpec, batch_sizes, generate
+
+# Text prompts of <= 8 objects queried by color, as the paper analyses (full vocabulary, shuffled).
+ANALYSIS_SPEC = StageSpec(n_colors=216, n_shapes=216, n_items=32, min_pairs=2, max_pairs=8, shuffle=True)
+ROLES = {"context color": Role.CONTEXT_COLOR, "context shape": Role.CONTEXT_SHAPE,
+         "association shape": Role.ASSOCIATION_KEY, "association item": Role.ASSOCIATION_ITEM,
+         "query": Role.QUERY, "answer": Role.ANSWER}
+
+
+def analysis_prompts(n: int, seed: int, batch_size: int = 256, spec: StageSpec = ANALYSIS_SPEC) -> list[Batch]:
+    """`n` retrieval prompts of `spec` queried by color, without noise, in batches of `batch_size`."""
+    rng = np.random.default_rng([seed, 0x40])
+    return [generate(spec, size, rng, task=RETRIEVAL, query_by=BY_COLOR, noise=False)
+            for size in batch_sizes(n, batch_size)]
+
+
+def slot_of_positions(batch: Batch) -> np.ndarray:
+    """(B, T) object slot per position, with [ANSWER] given the queried slot."""
+    slots = batch.slots.astype(np.int64)
+    rows = np.arange(len(batch))
+    slots[rows, batch.answer_pos] = batch.query_slot
+    return slots

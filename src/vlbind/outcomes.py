@@ -1,0 +1,44 @@
+"""What a run's result tables say about it, for the tables and figures (no torch): whether it diverged in
+training or did not converge (then it is marked and left out of means, appendix D.8), and its mean OOD accuracy.
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+
+
+def divergence(curves: dict[str, pd.DataFrame], collapse_drop: float) -> str | None:
+    """Why a run counts as diverged, or None, from the training curves (metrics.parquet) of every stage in
+    its lineage, in training order: the first stage with a non-finite training loss, or whose last
+    validation accuracy lies more than `collapse_drop` below its best. Such runs are marked in the
+    result tables and left out of means (fig3, OOD table), as the paper leaves out its one divergent run."""
+    for stage, curve in curves.items():
+        if curve.empty:
+            continue
+        bad = curve[~curve["finite"]]
+        if len(bad):
+            return f"{stage}: non-finite loss by step {int(bad['step'].iloc[0])}"
+        best = curve.loc[curve["val_accuracy"].idxmax()]
+        last = curve.iloc[-1]
+        if last["val_accuracy"] < best["val_accuracy"] - collapse_drop:
+            return (f"{stage}: validation accuracy collapsed from {best['val_accuracy']:.3f} "
+                    f"(step {int(best['step'])}) to {last['val_accuracy']:.3f} (step {int(last['step'])})")
+    return None
+
+
+def convergence(table: pd.DataFrame, min_in_distribution: float | None) -> str | None:
+    """Why a run counts as not converged, or None: its mean accuracy over the in-distribution lengths of
+    `table` (one evaluation) lies below `min_in_distribution` (None: the rule is off). Such runs are marked
+    and left out of means like diverged ones (divergence)."""
+    if min_in_distribution is None:
+        return None
+    inside = float(table.loc[table["in_distribution"], "accuracy"].mean())
+    if inside < min_in_distribution:
+        return f"mean in-distribution accuracy {inside:.3f} < {min_in_distribution}"
+    return None
+
+
+def ood_average(table: pd.DataFrame) -> float:
+    """Mean accuracy over out-of-distribution lengths (each length weighted equally), for one run."""
+    ood = table.loc[~table["in_distribution"], "accuracy"]
+    return float(ood.mean()) if len(ood) else float("nan")
