@@ -149,11 +149,11 @@ def test_kv_cache_extension_equals_the_full_forward(model):
 
 
 def test_sweep_counts_pairs_and_shares_sum_to_one_per_layer(model):
-    table, info = sweep(model, 64, seed=0)
-    assert info["generated"] == 64 and info["kept"] + info["dropped"] == 64
+    table, info = sweep(model, 256, seed=0)  # the random model solves few pairs: 256 keep at least one
+    assert info["generated"] == 256 and info["kept"] + info["dropped"] == 256 and info["kept"] > 0
     assert set(table["label"]) == set(LABELS) and table["layer"].nunique() == model.cfg.n_layers + 1
-    if info["kept"]:
-        np.testing.assert_allclose(table.groupby("layer")["fraction"].sum(), 1.0)
+    np.testing.assert_allclose(table.groupby("layer")["fraction"].sum(), 1.0)
+    assert (table.groupby("layer")["count"].sum() == info["kept"]).all()
 
 
 def test_first_spike_and_circuit_labels():
@@ -251,7 +251,10 @@ def test_probe_table_reads_token_identity_at_its_own_position(model):
 
 def test_skipping_no_block_changes_nothing_and_skipping_one_equals_leaving_it_out(model):
     batches = analysis_prompts(32, seed=3)
-    assert skip_accuracy(model, batches, None) == accuracy_with_knockout(model, batches, None)
+    with torch.no_grad():  # accuracy recomputed from full forward passes
+        hits = [(model(*model_inputs(b, "cpu")[:2])[np.arange(len(b)), b.answer_pos].argmax(-1).numpy() == b.target)
+                for b in batches]
+    assert skip_accuracy(model, batches, None) == np.concatenate(hits).mean()
     b = batches[0]
     tokens, positions, _ = model_inputs(b, "cpu")
     from vlbind.model import skip_block_hooks

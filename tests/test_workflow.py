@@ -268,6 +268,15 @@ def test_code_is_formatted_and_lint_free():
     assert fmt.returncode == 0, fmt.stdout + fmt.stderr
 
 
+def test_dag_building_and_figures_import_no_torch_and_no_consumer_imports_training():
+    code = ("import sys, vlbind.config, vlbind.figures, vlbind.qwen.figures, vlbind.outcomes, vlbind.interp; "
+            "assert 'torch' not in sys.modules, 'torch imported'")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    consumers = [ROOT / "src/vlbind/evaluate.py", *(ROOT / "src/vlbind/interp").glob("*.py")]
+    assert not [p.name for p in consumers if re.search(r"from \.+train import", p.read_text())]
+
+
 def test_slurm_profile_gives_training_and_evaluation_a_gpu_and_its_threads(tmp_path):
     work = copy_workflow(tmp_path / "wf")
     out = snakemake(work, "--workflow-profile", "profiles/slurm", "-n", "--configfile", "config/smoke.yaml",
