@@ -1,0 +1,84 @@
+"""config/README.md, the table of every config key, cannot drift from the schema and the config files."""
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+
+from vlbind import config as vlconfig
+
+ROOT = Path(__file__).resolve().parents[1]
+SOURCES = {"[paper]", "[assumption]", "[ours]", "[tool]"}
+
+
+def schema_keys() -> list[str]:
+    """Every leaf key of the schema; the per-stage `task` and `train` sections are listed once, as task.* and
+    train.*; mappings of named entries (encoders, Qwen models) as <name>."""
+    schema = vlconfig._schema()
+    keys = []
+
+    def walk(node, path):
+        if "$ref" in node:
+            name = node["$ref"].rsplit("/", 1)[1]
+            if name in ("task", "train") and path[0] == "stages":
+                return
+            node = schema["definitions"][name]
+        if path == ["stages"]:
+            walk(schema["definitions"]["stage"], ["stages", "<stage>"])
+            walk(schema["definitions"]["task"], ["task"])
+            return
+        if "properties" in node:
+            for k, v in node["properties"].items():
+                walk(v, [*path, k])
+        elif isinstance(node.get("additionalProperties"), dict):
+            walk(node["additionalProperties"], [*path, "<name>"])
+        else:
+            keys.append(".".join(path))
+
+    walk(schema, [])
+    return keys
+
+
+def value(config: dict, key: str) -> str:
+    """The table's rendering of `key`'s value in `config`: JSON in backticks, or 'per stage' / 'per entry'."""
+    node = config
+    for part in key.split("."):
+        if part.startswith("<"):
+            return "per entry"
+        if part == "task" and node is config:
+            return "per stage"
+        node = node[part]
+    return f"`{json.dumps(node)}`"
+
+
+def table_rows() -> dict[str, list[str]]:
+    rows = {}
+    for line in (ROOT / "config/README.md").read_text().splitlines():
+        m = re.match(r"\| `([^`]+)` \|(.*)\|\s*$", line)
+        if m:
+            rows[m.group(1)] = [c.strip() for c in m.group(2).split("|")]
+    return rows
+
+
+def test_the_table_lists_every_schema_key_once_and_nothing_else():
+    assert sorted(table_rows()) == sorted(schema_keys())
+
+
+@pytest.mark.parametrize("key", schema_keys())
+def test_each_row_gives_a_meaning_the_paper_and_mini_values_and_a_source(key):
+    paper = yaml.safe_load((ROOT / "config/config.yaml").read_text())
+    mini = vlconfig.load([ROOT / "config/config.yaml", ROOT / "config/mini.yaml"])
+    meaning, paper_value, mini_value, source = table_rows()[key]
+    assert meaning and source in SOURCES
+    try:
+        expected = value(paper, key)
+    except KeyError:  # optional, not set in config.yaml: its schema default applies
+        expected = "—"
+    assert paper_value == expected
+    try:
+        expected_mini = value(mini, key)
+    except KeyError:
+        expected_mini = "—"
+    assert mini_value == ("same" if expected_mini == expected else expected_mini)
