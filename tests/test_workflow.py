@@ -373,8 +373,8 @@ def test_bf16_on_a_cpu_without_bf16_instructions_warns_with_the_key_and_auto_pic
         assert device.precision_for(auto, "cuda:0") == "fp32"
 
 
-def test_qwen_sub_dag_runs_on_tiny_models_to_every_figure_and_table1(tmp_path):
-    work = copy_workflow(tmp_path / "wf")
+def test_qwen_sub_dag_runs_on_tiny_models_to_every_figure_and_table1(smoke_tree):
+    work = smoke_tree
     snakemake(work, "qwen_all", "--configfile", "config/smoke.yaml")
     for fig in ("fig2", "fig6", "fig14", "fig15"):
         assert (work / f"results/figures/{fig}.pdf").read_bytes().startswith(b"%PDF")
@@ -399,3 +399,50 @@ def test_qwen_all_on_the_paper_config_lists_six_models_with_a_gpu_each(tmp_path)
     probes = [b for b in re.split(r"\n(?=(?:localrule|rule) )", out) if b.startswith("rule qwen_probes:")]
     assert len(probes) == 6 and all(re.search(r"resources:.*\bgpu=1\b", b) for b in probes)
     assert "qwen_retrieval" not in snakemake(work, "-n").stdout  # not part of `all`: it needs the weights
+
+
+REPORTED = [f"results/figures/{f}.pdf" for f in ["fig3", "fig7", "fig8", *INTERP_FIGURES, "fig2", "fig6", "fig14",
+                                                  "fig15"]]
+REPORTED += [f"results/tables/{t}.csv" for t in ("ood_accuracy", "training", "circuits", "table1")]
+
+
+def test_report_holds_every_figure_and_table_with_a_caption(smoke_tree):
+    snakemake(smoke_tree, "qwen_all", "--configfile", "config/smoke.yaml")  # a no-op after the Qwen test
+    snakemake(smoke_tree, "all", "qwen_all", "--report", "report.html", "--configfile", "config/smoke.yaml")
+    html = (smoke_tree / "report.html").read_text()
+    for path in REPORTED:
+        entry = re.search(re.escape(f'"{path}": {{') + r'.*?"caption": "(.*?)", "mime_type"', html)
+        assert entry, f"{path} is not in the report"
+        caption = re.sub(r"<[^>]+>|\\n", " ", entry.group(1)).strip()
+        assert len(caption) > 40, f"{path}: caption {caption!r}"
+    for category in ("1 Generalization", "2 Training", "3 Analyses", "4 Qwen"):
+        assert category in html
+
+
+def readme_blocks(lang: str) -> list[str]:
+    return re.findall(rf"```{lang}\n(.*?)```", (ROOT / "README.md").read_text(), flags=re.S)
+
+
+def test_readme_python_blocks_run_as_written_in_the_smoke_tree(smoke_tree, tmp_path):
+    assert len(readme_blocks("python")) >= 2
+    for block in readme_blocks("python"):
+        proc = subprocess.run([sys.executable, "-c", block], cwd=smoke_tree, capture_output=True, text=True)
+        assert proc.returncode == 0, f"{block}\n{proc.stderr[-3000:]}"
+
+
+def test_readme_commands_run_as_written_in_the_smoke_tree(smoke_tree):
+    """Every command of README's bash blocks: python ones as written, snakemake ones as dry runs (-n; the
+    paper's DAG takes GPU-days). ./run.sh lines are the install and this suite, so they are not run here."""
+    lines = [line.split("  #")[0].strip() for block in readme_blocks("bash") for line in block.splitlines()]
+    commands = [line for line in lines if line and not line.startswith("./run.sh")]
+    assert any(c.startswith("snakemake") for c in commands) and any(c.startswith("python") for c in commands)
+    for command in commands:
+        argv = command.split()
+        if argv[0] == "snakemake":
+            argv = [*SNAKEMAKE, *argv[1:], "-n"]
+        elif argv[0] == "python":
+            argv = [sys.executable, *argv[1:]]
+        else:
+            raise AssertionError(f"README command {command!r}: teach this test to run it")
+        proc = subprocess.run(argv, cwd=smoke_tree, capture_output=True, text=True)
+        assert proc.returncode == 0, f"{command}\n{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}"

@@ -2,7 +2,8 @@
 
     python docs/results/mini/export.py
 
-Figures (results/figures/*.pdf) and the DAG's tables (results/tables/*.csv) are copied; the per-run
+Figures (results/figures/*.pdf) and the DAG's tables (results/tables/*.csv) are copied, fig3 is drawn once
+more as fig3.png for README.md; the per-run
 parquet files are concatenated into eval_by_length.csv and one CSV per analysis that ran; job_wall_times.csv
 lists every job's Snakemake benchmark (wall seconds).
 """
@@ -10,6 +11,9 @@ import shutil
 from pathlib import Path
 
 import pandas as pd
+import yaml
+
+from vlbind import figures
 
 ROOT = Path(__file__).resolve().parents[3]
 RESULTS, OUT = ROOT / "results", Path(__file__).resolve().parent
@@ -25,6 +29,8 @@ for path in sorted((RESULTS / "figures").glob("*.pdf")) + sorted((RESULTS / "tab
 if (table := concat("eval/*/*.parquet")) is None:
     raise SystemExit("no results/eval/*/*.parquet: run the mini DAG first")
 table.to_csv(OUT / "eval_by_length.csv", index=False)
+note = yaml.safe_load((ROOT / "config/mini.yaml").read_text())["figure_note"]
+figures.fig3(table, OUT / "fig3.png", note)
 for kind in ("interchange", "knockout", "probes", "layer_relevance"):  # a text-arm-only run has none
     if (table := concat(f"interp/{kind}/*/*.parquet")) is not None:
         table.to_csv(OUT / f"{kind}.csv", index=False)
