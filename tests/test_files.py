@@ -7,7 +7,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
-from test_train import CFG, SPEC, Kill, fresh
+from test_train import CFG, SPEC, fresh, kill_at
 
 from vlbind.bank import ImageBank
 from vlbind.checkpoint import load_model, save_model
@@ -33,13 +33,7 @@ def test_a_truncated_model_file_names_itself(tmp_path):
 def test_a_damaged_resume_state_is_moved_aside_and_the_stage_trains_from_its_start(tmp_path, caplog, damage):
     ref = fresh()
     train_stage(ref, SPEC, CFG, tmp_path / "ref", stage="text_s1")
-
-    def die(step):
-        if step == 8:
-            raise Kill
-
-    with pytest.raises(Kill):
-        train_stage(fresh(), SPEC, CFG, tmp_path / "run", stage="text_s1", callback=die)
+    kill_at(8, tmp_path / "run")
     state = tmp_path / "run" / RESUME_FILE
     truncate(state) if damage == "truncated" else state.write_bytes(b"\x00garbage" * 100)
     with caplog.at_level(logging.WARNING, logger="vlbind"):

@@ -36,17 +36,21 @@ class Kill(Exception):
 DENSE_CFG = TrainConfig(**{**CFG.__dict__, "queries": "all"})
 
 
+def kill_at(step: int, out_dir, spec=SPEC, cfg=CFG) -> None:
+    """Train a fresh model in `out_dir` and kill it after `step` (its resume state saved every 3 steps)."""
+    def die(s):
+        if s == step:
+            raise Kill
+
+    with pytest.raises(Kill):
+        train_stage(fresh(), spec, cfg, out_dir, stage="text_s1", callback=die)
+
+
 @pytest.mark.parametrize("spec, cfg", [(SPEC, CFG), (SPEC, DENSE_CFG)], ids=["plain", "dense"])
 def test_resume_after_kill_reaches_the_uninterrupted_weights(tmp_path, spec, cfg):
     ref = fresh()
     train_stage(ref, spec, cfg, tmp_path / "ref", stage="text_s1")
-
-    def die(step):
-        if step == 8:
-            raise Kill
-
-    with pytest.raises(Kill):
-        train_stage(fresh(), spec, cfg, tmp_path / "run", stage="text_s1", callback=die)
+    kill_at(8, tmp_path / "run", spec, cfg)
     assert (tmp_path / "run" / RESUME_FILE).is_file()
     assert not (tmp_path / "run" / "model.safetensors").exists()
     meta = train_stage(fresh(), spec, cfg, tmp_path / "run", stage="text_s1")
@@ -78,12 +82,7 @@ def test_resume_weights_are_the_running_models_at_its_last_save(tmp_path):
 
 
 def test_resume_state_from_other_settings_is_ignored(tmp_path):
-    def die(step):
-        if step == 7:
-            raise Kill
-
-    with pytest.raises(Kill):
-        train_stage(fresh(), SPEC, CFG, tmp_path, stage="text_s1", callback=die)
+    kill_at(7, tmp_path)
     other = TrainConfig(**{**CFG.__dict__, "lr": 1e-3})
     meta = train_stage(fresh(), SPEC, other, tmp_path, stage="text_s1")
     assert not meta["resumed"]
