@@ -83,3 +83,11 @@ def test_a_damaged_features_index_names_itself(bank_files, text):
     with pytest.raises(CorruptFileError) as e:
         ImageBank.open(bank, features)
     assert str(features.with_suffix(".json")) in str(e.value)
+
+
+def test_a_damaged_meta_json_names_itself_in_the_training_table(tmp_path):
+    from vlbind.figures import training_summary
+
+    (tmp_path / "meta.json").write_text('{"stage": "text_s1", "ste')
+    with pytest.raises(CorruptFileError, match="meta.json is not a readable model meta.json"):
+        training_summary([tmp_path / "meta.json"])

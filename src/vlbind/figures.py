@@ -75,11 +75,11 @@ def ood_summary(df: pd.DataFrame) -> pd.DataFrame:
 def training_summary(meta_paths: list[str | Path]) -> pd.DataFrame:
     """One row per trained stage: run, stage, steps, best step and validation accuracy, why it stopped, wall
     time."""
-    import json
+    from .files import read_json
 
     rows = []
     for p in meta_paths:
-        meta = json.loads(Path(p).read_text())
+        meta = read_json(p, "model meta.json")
         rows.append({"run": Path(p).parent.parent.name, "stage": meta["stage"], "steps": meta["steps"],
                      "best_step": meta["best_step"], "best_val_accuracy": meta["best_val_accuracy"],
                      "stopped_because": meta["stopped_because"], "wall_minutes": meta["wall_seconds"] / 60})
