@@ -186,6 +186,7 @@ MALFORMED = [  # (overlay on config.yaml + smoke.yaml, the key its error must na
     ("model: {max_positions: 600}\nstages: {noise_text: {task: {noise_tokens: 100}}}", "model.max_positions"),
     ("render: {min_scale: 0.7, max_scale: 0.5}", "render.min_scale"),
     ("render: {layout: canvas, min_objects: 6, max_objects: 3}", "render.min_objects"),
+    ("render: {layout: canvas, max_objects: 13}", "render"),  # objects on a canvas need distinct colors (8)
     ("evaluate: {train_max_objects: 20}", "evaluate.train_max_objects"),
     ("evaluate: {min_objects: 9, max_objects: 4}", "evaluate.min_objects"),
     ("seeds: [0, 1, 0]", "seeds"),

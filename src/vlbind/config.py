@@ -122,6 +122,12 @@ def _check_ranges(config: dict) -> None:
         values = functools.reduce(lambda d, k: d[k], section.split("."), config)
         if lo in values and hi in values and values[lo] > values[hi]:
             raise _error(f"{section}.{lo}", f"{values[lo]} > {section}.{hi} ({values[hi]})")
+    from .render import RenderConfig
+
+    try:  # the rest of what the renderer accepts (e.g. canvas objects within the distinct colors)
+        RenderConfig.from_dict(config["render"])
+    except ValueError as e:
+        raise _error("render", str(e)) from None
     seeds = config["seeds"]
     if len(set(seeds)) != len(seeds):
         raise _error("seeds", f"{seeds} lists a seed twice; each seed is one run")
