@@ -2,7 +2,7 @@
 
 fig3: text-modality accuracy vs number of objects, mean +- standard error over runs per variant, the
 training range shaded, each variant's OOD average (mean over runs of the per-run OOD average) in the legend.
-Runs marked diverged or not converged by the evaluation (evaluate.divergence, evaluate.convergence) are left
+Runs marked diverged or not converged by the evaluation (outcomes.divergence, outcomes.convergence) are left
 out of means and counted in the legend.
 fig7: example renderings from the image bank.
 fig8: one panel per variant with every run drawn individually (appendix E), runs left out of means dashed.
