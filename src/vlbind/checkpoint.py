@@ -30,21 +30,21 @@ def load_tensors(path: Path) -> tuple[dict[str, torch.Tensor], dict]:
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"no checkpoint file {path}")
-    try:
-        with safe_open(str(path), framework="pt") as f:
-            metadata = json.loads((f.metadata() or {}).get("json", "{}"))
-            tensors = {k: f.get_tensor(k) for k in f.keys()}
-    except Exception as e:  # safetensors raises its own error types (header, truncation, JSON metadata)
-        raise CorruptFileError(path, "safetensors file", e) from None
-    return tensors, metadata
+    return _read(path, tensors=True)
 
 
 def read_metadata(path: Path) -> dict:
     """The JSON metadata of a safetensors file written by save_tensors, without reading its tensors."""
+    return _read(Path(path), tensors=False)[1]
+
+
+def _read(path: Path, tensors: bool) -> tuple[dict[str, torch.Tensor], dict]:
+    """(tensors, or {} when not asked for, JSON metadata); a damaged file raises CorruptFileError."""
     try:
         with safe_open(str(path), framework="pt") as f:
-            return json.loads((f.metadata() or {}).get("json", "{}"))
-    except Exception as e:
+            metadata = json.loads((f.metadata() or {}).get("json", "{}"))
+            return ({k: f.get_tensor(k) for k in f.keys()} if tensors else {}), metadata
+    except Exception as e:  # safetensors raises its own error types (header, truncation, JSON metadata)
         raise CorruptFileError(path, "safetensors file", e) from None
 
 
