@@ -15,7 +15,7 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import save_file
 
-from .files import CorruptFileError, atomic_write, read_json
+from .files import CorruptFileError, atomic_write, read_json, write_json
 from .model import ModelConfig, Transformer
 
 MODEL_FILE, META_FILE, METRICS_FILE = "model.safetensors", "meta.json", "metrics.parquet"
@@ -53,7 +53,7 @@ def save_model(directory: Path, model: Transformer, meta: dict, metrics: pd.Data
     directory = Path(directory)
     save_tensors(directory / MODEL_FILE, model.state_dict(), {"model_config": model.cfg.to_dict()})
     atomic_write(directory / METRICS_FILE, lambda tmp: metrics.to_parquet(tmp, index=False))
-    atomic_write(directory / META_FILE, lambda tmp: Path(tmp).write_text(json.dumps(meta, indent=2) + "\n"))
+    write_json(directory / META_FILE, meta)
 
 
 def load_model(directory: Path, device: str | torch.device = "cpu") -> tuple[Transformer, dict]:

@@ -10,7 +10,6 @@ checkpoint (`encoders.load_encoder`). Images are normalised as extraction normal
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 from dataclasses import asdict, dataclass
@@ -21,7 +20,7 @@ import torch
 import torch.nn.functional as F
 
 from .encoders import normalizer, to_tensor
-from .files import atomic_write
+from .files import atomic_write, write_json
 from .render import SHAPES, RenderConfig, layout_objects, render
 from .settings import from_dict
 
@@ -122,5 +121,5 @@ def pretrain(timm_name: str, cfg: PretrainConfig, size: int, n_colors: int, out:
              result["held_out_shape_accuracy"])
     state = {k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()}
     atomic_write(out, lambda tmp: save_file(state, tmp))
-    atomic_write(Path(out).with_suffix(".json"), lambda tmp: Path(tmp).write_text(json.dumps(result, indent=2) + "\n"))
+    write_json(Path(out).with_suffix(".json"), result)
     return result

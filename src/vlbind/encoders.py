@@ -17,7 +17,6 @@ local `checkpoint` file is configured and the hub is unreachable, loading fails 
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import os
@@ -30,7 +29,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from .files import atomic_write
+from .files import write_json
 from .render import load_image
 from .settings import from_dict
 
@@ -183,5 +182,5 @@ def extract(spec: EncoderSpec, image_dir: Path, n_images: int, out: Path, *, bat
     arr = np.load(out, mmap_mode="r")
     index = {"encoder": spec.to_dict(), "n_images": n_images, "tokens_per_image": arr.shape[1],
              "dim": arr.shape[2], "grid": math.isqrt(arr.shape[1]), "precision": precision}
-    atomic_write(out.with_suffix(".json"), lambda t: Path(t).write_text(json.dumps(index, indent=2) + "\n"))
+    write_json(out.with_suffix(".json"), index)
     return index

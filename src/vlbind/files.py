@@ -33,6 +33,11 @@ class CorruptFileError(ValueError):
         self.path = Path(path)
 
 
+def write_json(path, obj) -> None:
+    """`obj` as indented JSON at `path`, atomically."""
+    atomic_write(path, lambda tmp: Path(tmp).write_text(json.dumps(obj, indent=2) + "\n"))
+
+
 def read_json(path, what: str = "JSON file") -> dict:
     try:
         return json.loads(Path(path).read_text())
@@ -44,8 +49,8 @@ def load_npy(path, what: str = ".npy array", mmap_mode: str | None = "r") -> np.
     """np.load without pickles; a truncated or foreign file raises CorruptFileError."""
     try:
         return np.load(path, mmap_mode=mmap_mode, allow_pickle=False)
+    except FileNotFoundError:
+        raise
     except (ValueError, OSError, EOFError) as e:
-        if isinstance(e, FileNotFoundError):
-            raise
         why = "it holds pickled objects or is not an .npy file" if "pickle" in str(e) else e
         raise CorruptFileError(path, what, why) from None
