@@ -33,7 +33,8 @@ import torch
 import torch.nn.functional as F
 
 from vlbind.config import precision_for
-from vlbind.inference import answer_logits, autocast
+from vlbind.device import autocast
+from vlbind.inference import answer_logits
 from vlbind.model import ModelConfig, Transformer, count_parameters
 from vlbind.tasks import StageSpec, generate, pack_queries
 from vlbind.train import TrainConfig, make_optimizer, training_loss

@@ -53,3 +53,10 @@ def cuda_has_bf16() -> bool:
     import torch
 
     return torch.cuda.is_available() and torch.cuda.is_bf16_supported(including_emulation=False)
+
+
+def autocast(device, precision: str):
+    """bf16 autocast on `device` when `precision` (what precision_for chose) is "bf16", else a no-op context."""
+    import torch
+
+    return torch.autocast(torch.device(device).type, dtype=torch.bfloat16, enabled=precision == "bf16")

@@ -19,6 +19,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from .device import autocast
 from .encoders import normalizer, to_tensor
 from .files import atomic_write, write_json
 from .render import SHAPES, RenderConfig, layout_objects, render
@@ -84,7 +85,7 @@ def pretrain(timm_name: str, cfg: PretrainConfig, size: int, n_colors: int, out:
 
     def logits(ids):
         x = to_tensor(images[ids], mean, std).to(device)
-        with torch.autocast(torch.device(device).type, dtype=torch.bfloat16, enabled=precision == "bf16"):
+        with autocast(device, precision):
             f = model(x)
             return {k: h(f).float() for k, h in heads.items()}
 

@@ -29,6 +29,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from .device import autocast
 from .files import write_json
 from .render import load_image
 from .settings import from_dict
@@ -163,7 +164,7 @@ def extract(spec: EncoderSpec, image_dir: Path, n_images: int, out: Path, *, bat
         for start in range(0, n_images, batch_size):
             ids = range(start, min(start + batch_size, n_images))
             x = to_tensor(np.stack([load_image(image_dir, i) for i in ids]), mean, std).to(device)
-            with torch.autocast(torch.device(device).type, dtype=torch.bfloat16, enabled=precision == "bf16"):
+            with autocast(device, precision):
                 tokens = patch_tokens(model, x, spec.grid)
             if features is None:
                 features = np.lib.format.open_memmap(tmp, mode="w+", dtype=np.float16,

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import torch
 
+from .device import autocast
 from .model import Transformer
 from .tasks import Batch
 
@@ -44,12 +45,6 @@ def answer_logits(model: Transformer, batch: Batch, device, precision: str = "fp
         at = torch.from_numpy(np.maximum(at, 0)).to(tokens.device)
         logits = model.logits(model.residual(tokens, positions, images, at=at, blocks=blocks))
     return logits.float()
-
-
-def autocast(device, precision: str):
-    """bf16 autocast on `device` when precision is "bf16", else a no-op context."""
-    device_type = torch.device(device).type
-    return torch.autocast(device_type, dtype=torch.bfloat16, enabled=precision == "bf16")
 
 
 @torch.no_grad()
