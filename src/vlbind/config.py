@@ -51,8 +51,15 @@ def validate(config: dict) -> dict:
         if e.validator == "required":
             hint = " (an overlay such as config/mini.yaml goes after config/config.yaml)"
         raise ConfigError(f"invalid config at '{where}': {e.message}{hint}")
-    for check in _CHECKS:
-        check(config)
+    # What the schema cannot say: relations between keys. Each check raises ConfigError naming the key.
+    missing = set(STAGE_PARENTS) - set(config["stages"])
+    if missing:
+        raise _error("stages", f"missing stages {sorted(missing)}")
+    specs = _stage_specs(config)
+    _check_stages(config, specs)
+    _check_model(config, specs)
+    _check_ranges(config)
+    _check_encoders(config)
     return config
 
 
@@ -78,14 +85,11 @@ def _stage_specs(config: dict) -> dict:
     return specs
 
 
-def _check_stages(config: dict) -> None:
-    missing = set(STAGE_PARENTS) - set(config["stages"])
-    if missing:
-        raise _error("stages", f"missing stages {sorted(missing)}")
+def _check_stages(config: dict, specs: dict) -> None:
     from .render import SHAPES
 
     rendered = {"n_colors": config["render"]["n_colors"], "n_shapes": len(SHAPES)}
-    for key, spec in _stage_specs(config).items():
+    for key, spec in specs.items():
         if spec.image_fraction == 0:
             continue
         stage = key.split(".")[1]
@@ -97,7 +101,7 @@ def _check_stages(config: dict) -> None:
                              f"colors: render.n_colors, shapes: the {len(SHAPES)} of vlbind.render.SHAPES)")
 
 
-def _check_model(config: dict) -> None:
+def _check_model(config: dict, specs: dict) -> None:
     from .tasks import max_position
 
     m = config["model"]
@@ -105,7 +109,7 @@ def _check_model(config: dict) -> None:
         raise _error("model.d_model", f"{m['d_model']} must split into n_heads={m['n_heads']} heads of even size "
                      f"(RoPE rotates pairs of dimensions): a multiple of {2 * m['n_heads']}")
     need = {key: max_position(s.max_pairs, s.noise_tokens if s.noise_fraction > 0 else 0)
-            for key, s in _stage_specs(config).items()}
+            for key, s in specs.items()}
     need["evaluate.max_objects"] = max_position(config["evaluate"]["max_objects"], 0)
     where, top = max(need.items(), key=lambda kv: kv[1])
     if m["max_positions"] <= top:
@@ -143,9 +147,6 @@ def _check_encoders(config: dict) -> None:
             raise _error(f"encoders.{name}", "set either 'pretrain' (the DAG trains the weights) or 'checkpoint' "
                          "(a weights file you provide), not both")
 
-
-# What the schema cannot say: relations between keys. Each raises ConfigError naming the key.
-_CHECKS = (_check_stages, _check_model, _check_ranges, _check_encoders)
 
 
 def load(paths: list[str | Path]) -> dict:
