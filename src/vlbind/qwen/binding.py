@@ -28,7 +28,7 @@ import pandas as pd
 import torch
 
 from .models import decoder_layers
-from .prompts import messages
+from .prompts import chat_text
 from .words import BOX_OBJECTS
 
 LETTERS = tuple(chr(c) for c in range(ord("A"), ord("Z") + 1))
@@ -74,8 +74,8 @@ def label_of(letter: str, predictions: dict) -> str:
 
 def chat_ids(tokenizer, text: str, system_prompt: str) -> torch.Tensor:
     """(1, T) ids: the chat with the question as the user's turn and the assistant's reply begun with "Box"."""
-    chat = tokenizer.apply_chat_template(messages(text, system_prompt), add_generation_prompt=True, tokenize=False)
-    return tokenizer(chat + "Box", return_tensors="pt", add_special_tokens=False)["input_ids"]
+    chat = chat_text(tokenizer, text, system_prompt) + "Box"
+    return tokenizer(chat, return_tensors="pt", add_special_tokens=False)["input_ids"]
 
 
 def letter_ids(tokenizer, letters) -> list[int]:

@@ -20,7 +20,7 @@ import torch
 
 from ..interp.probes import ProbeConfig, fit_and_score
 from .models import decoder_layers
-from .prompts import messages
+from .prompts import chat_text
 from .words import COLOR_WORDS, ITEM_WORDS, SHAPE_WORDS
 
 ROLES = ("context shape", "association shape")
@@ -52,8 +52,7 @@ def make_prompt(rng: np.random.Generator, n_objects: int) -> ProbePrompt:
 
 def token_positions(tokenizer, prompt: ProbePrompt, system_prompt: str) -> tuple[torch.Tensor, dict]:
     """(ids (1, T), role -> token index of each object's shape word, its last sub-token)."""
-    chat = tokenizer.apply_chat_template(messages(prompt.text, system_prompt), add_generation_prompt=True,
-                                         tokenize=False)
+    chat = chat_text(tokenizer, prompt.text, system_prompt)
     base = chat.index(prompt.text)
     enc = tokenizer(chat, return_offsets_mapping=True, add_special_tokens=False, return_tensors="pt")
     offsets = enc["offset_mapping"][0].tolist()

@@ -100,6 +100,13 @@ def messages(text: str, system_prompt: str) -> list[dict]:
     return [{"role": "system", "content": system_prompt}, {"role": "user", "content": text}]
 
 
+def chat_text(tokenizer, text: str, system_prompt: str, **template) -> str:
+    """The model's chat template applied to `messages`, ending where the assistant's reply begins; `template`
+    goes to apply_chat_template (e.g. Qwen3's enable_thinking)."""
+    return tokenizer.apply_chat_template(messages(text, system_prompt), add_generation_prompt=True, tokenize=False,
+                                         **template)
+
+
 _THINK = re.compile(r"<think>.*?(</think>|\Z)", flags=re.DOTALL)
 
 

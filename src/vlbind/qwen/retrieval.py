@@ -13,7 +13,7 @@ import time
 import pandas as pd
 import torch
 
-from .prompts import RetrievalPrompt, is_correct, messages
+from .prompts import RetrievalPrompt, chat_text, is_correct
 
 log = logging.getLogger(__name__)
 
@@ -31,8 +31,7 @@ def evaluate(model, tokenizer, prompts: list[RetrievalPrompt], *, system_prompt:
     rows, t0 = [], time.time()
     for start in range(0, len(prompts), batch_size):
         chunk = prompts[start:start + batch_size]
-        texts = [tokenizer.apply_chat_template(messages(p.text, system_prompt), add_generation_prompt=True,
-                                               tokenize=False, enable_thinking=thinking)  # read by Qwen3's only
+        texts = [chat_text(tokenizer, p.text, system_prompt, enable_thinking=thinking)  # read by Qwen3's only
                  for p in chunk]
         enc = tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=False).to(device)
         out = model.generate(**enc, **settings)
