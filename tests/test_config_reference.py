@@ -62,6 +62,21 @@ def table_rows() -> dict[str, list[str]]:
     return rows
 
 
+def test_no_schema_entry_lost_part_of_its_text_to_a_comma():
+    """An unquoted comma in a YAML flow mapping splits a description into a stray null-valued key."""
+    stray = []
+
+    def walk(node, path):
+        if isinstance(node, dict):
+            for k, v in node.items():
+                if v is None:
+                    stray.append(".".join([*path, str(k)]))
+                walk(v, [*path, str(k)])
+
+    walk(vlconfig._schema(), [])
+    assert not stray
+
+
 def test_the_table_lists_every_schema_key_once_and_nothing_else():
     assert sorted(table_rows()) == sorted(schema_keys())
 
