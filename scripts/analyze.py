@@ -16,9 +16,10 @@ torch.set_num_threads(sm.threads)
 device = resolve_device(sm.params.device)
 model, _ = load_model(Path(sm.input.model).parent, device)
 analysis = sm.wildcards.analysis
-table, summary = analyze(analysis, model, dict(sm.params.settings), device)
+table, summary = analyze(analysis, model, dict(sm.params.settings), device, sm.params.order)
 log.info("%s: %s", analysis, summary)
 table.insert(0, "run", sm.wildcards.run)
 table.insert(0, "variant", sm.wildcards.variant)
+table["order"] = sm.params.order
 atomic_write(Path(sm.output.table), lambda tmp: table.to_parquet(tmp, index=False))
 log.info("%s %s %s:\n%s", analysis, sm.wildcards.variant, sm.wildcards.run, table.to_string())

@@ -1,5 +1,6 @@
-"""Snakemake adapter: accuracy by number of objects for one trained model -> tidy parquet, with the run's
-divergence verdict (from the training curves of its whole lineage)."""
+"""Snakemake adapter: accuracy by prompt order and number of objects for one trained model -> tidy parquet, with
+the run's divergence verdict (from the training curves of its whole lineage) and its convergence verdict (on the
+first order evaluated)."""
 from pathlib import Path
 
 import pandas as pd
@@ -17,16 +18,17 @@ log = setup_logging(sm.log[0])
 torch.set_num_threads(sm.threads)
 device = resolve_device(sm.params.device)
 model, meta = load_model(Path(sm.input.model).parent, device)
-table = evaluate(model, EvalConfig(**sm.params.evaluate), device, precision_for(sm.params.precision, device))
+cfg = EvalConfig(**sm.params.evaluate)
+table = evaluate(model, cfg, device, precision_for(sm.params.precision, device))
 table.insert(0, "run", sm.wildcards.run)
 table.insert(0, "variant", sm.wildcards.variant)
 table["seed"] = meta["train_config"]["seed"]
 curves = {Path(p).parent.name: pd.read_parquet(p) for p in sm.input.curves}
 why = divergence(curves, sm.params.divergence["collapse_drop"])
 table["diverged"], table["divergence"] = why is not None, why or ""
-shortfall = convergence(table, sm.params.divergence["min_in_distribution"])
+shortfall = convergence(table[table["order"] == cfg.orders[0]], sm.params.divergence["min_in_distribution"])
 table["converged"], table["convergence"] = shortfall is None, shortfall or ""
 atomic_write(Path(sm.output.table), lambda tmp: table.to_parquet(tmp, index=False))
 marks = "".join(f" ({mark}: {reason})" for mark, reason in (("DIVERGED", why), ("NOT CONVERGED", shortfall)) if reason)
-log.info("%s %s: OOD average %.4f%s\n%s", sm.wildcards.variant, sm.wildcards.run, ood_average(table), marks,
-         table.to_string())
+ood = ", ".join(f"{o} {ood_average(t):.4f}" for o, t in table.groupby("order", sort=False))
+log.info("%s %s: OOD average %s%s\n%s", sm.wildcards.variant, sm.wildcards.run, ood, marks, table.to_string())

@@ -287,3 +287,47 @@ def test_spearman():
     a = pd.Series([1.0, 2.0, 3.0, 4.0])
     assert spearman(a, a ** 3) == pytest.approx(1.0) and spearman(a, -a) == pytest.approx(-1.0)
     assert np.isnan(spearman(a, pd.Series([1.0] * 4)))
+
+
+# --- prompt order -----------------------------------------------------------------------------------------
+
+def keys_in_context_order(text: str) -> bool:
+    context, rest = text.split(" [CONTEXTEND] ")
+    listing = rest.split(" [QUESTION] ")[0]
+    return [e.split()[0] for e in listing.split(" [SEP] ")] == context.split()[1::2]
+
+
+@pytest.mark.parametrize("order", ["fixed", "shuffled"])
+def test_analysis_prompts_and_interchange_pairs_follow_the_order(order):
+    from vlbind.interp.interchange import INTERCHANGE_SPEC
+    from vlbind.tasks import in_order
+
+    texts = [prompt_text(b, i) for b in analysis_prompts(64, seed=8, order=order) for i in range(len(b))]
+    pairs = make_pairs(64, np.random.default_rng(9), in_order(INTERCHANGE_SPEC, order))
+    for batch in (pairs.original, pairs.counterfactual):
+        texts += [prompt_text(batch, i) for i in range(len(batch))]
+    for i in range(64):  # the mechanisms' predictions hold in either order: the counterfactual's answer is reflexive
+        assert solve(prompt_text(pairs.counterfactual, i)) == VOCAB.tokens[pairs.predictions[i, 3]]
+    ordered = [keys_in_context_order(t) for t in texts]
+    assert all(ordered) if order == "fixed" else sum(ordered) < len(ordered) / 4
+
+
+@pytest.mark.parametrize("analysis", ["interchange", "knockout", "probes", "layer_relevance"])
+def test_every_analysis_runs_on_the_order_it_is_given(model, analysis, monkeypatch):
+    import vlbind.interp.interchange as interchange_module
+    import vlbind.interp.prompts as prompts_module
+    from vlbind.interp import analyze
+
+    seen = []
+    for module in (prompts_module, interchange_module):
+        real = module.generate
+        monkeypatch.setattr(module, "generate", lambda spec, *a, _real=real, **k: seen.append(spec.shuffle)
+                            or _real(spec, *a, **k))
+    settings = {"interchange": {"pairs": 8, "seed": 1}, "knockout": {"prompts": 8, "seed": 1},
+                "probes": {"train_prompts": 16, "test_prompts": 8, "ridge": 1.0, "seed": 1},
+                "layer_relevance": {"prompts": 8, "seed": 1}}[analysis]
+    analyze(analysis, model, settings, order="fixed")
+    assert seen and not any(seen)
+    seen.clear()
+    analyze(analysis, model, settings, order="shuffled")
+    assert seen and all(seen)

@@ -11,7 +11,8 @@ from vlbind.checkpoint import load_model
 from vlbind.evaluate import EVAL_SPEC, EvalConfig, evaluate
 from vlbind.model import ModelConfig, Transformer
 from vlbind.outcomes import ood_average
-from vlbind.tasks import BY_COLOR, RETRIEVAL, StageSpec, generate
+from vlbind.tasks import BY_COLOR, RETRIEVAL, StageSpec, generate, prompt_text
+from vlbind.vocab import VOCAB
 from vlbind.train import RESUME_FILE, TrainConfig, lr_at, resume_weights, train_stage
 
 TINY = ModelConfig(n_layers=2, d_model=32, d_ff=64, n_heads=2, vocab_size=480)
@@ -175,6 +176,81 @@ def test_evaluation_matches_naive_loop_and_never_mutates(tmp_path):
         for n in (2, 9, 11):
             assert table.set_index("n_objects").loc[n, "accuracy"] == pytest.approx(naive_accuracy(m, cfg, n))
     assert ood_average(table) == pytest.approx(table[table.n_objects > 8].accuracy.mean())
+
+
+def read_prompt(text: str) -> tuple[str, bool]:
+    """(answer word, association keys in context order?) parsed from a retrieval prompt's text alone."""
+    context, rest = text.split(" [CONTEXTEND] ")
+    listing, query = rest.removesuffix(" [ANSWER]").split(" [QUESTION] ")
+    words = context.split()
+    shape_of = dict(zip(words[0::2], words[1::2]))
+    entries = [e.split() for e in listing.split(" [SEP] ")]
+    return dict(entries)[shape_of[query]], [k for k, _ in entries] == words[1::2]
+
+
+def test_two_order_evaluation_is_recomputed_prompt_by_prompt_from_the_text(tmp_path):
+    m = fresh()
+    train_stage(m, StageSpec(216, 216, 32, 2, 4, shuffle=False), CFG, tmp_path, stage="text_s5")
+    cfg = EvalConfig(min_objects=2, max_objects=9, train_max_objects=8, prompts_per_length=12, batch_size=5,
+                     orders=["fixed", "shuffled"])
+    table = evaluate(m, cfg)
+    assert table["order"].tolist() == ["fixed"] * 8 + ["shuffled"] * 8
+    m.eval()
+    for order in ("fixed", "shuffled"):
+        for n in (3, 9):
+            rng, hits, in_order = np.random.default_rng([cfg.seed, n]), 0, []
+            spec = StageSpec(216, 216, 32, 2, 32, shuffle=order == "shuffled")
+            for size in (5, 5, 2):
+                b = generate(spec, size, rng, n_pairs=n, task=RETRIEVAL, query_by=BY_COLOR, noise=False)
+                for i in range(size):
+                    answer, ordered = read_prompt(prompt_text(b, i))
+                    in_order.append(ordered)
+                    with torch.no_grad():
+                        logits = m(torch.from_numpy(b.tokens[i : i + 1, : b.answer_pos[i] + 1]))[0, -1]
+                    hits += VOCAB.tokens[int(logits.argmax())] == answer
+            assert all(in_order) if order == "fixed" else not all(in_order)
+            row = table[(table.order == order) & (table.n_objects == n)].iloc[0]
+            assert row["accuracy"] == pytest.approx(hits / 12) and row["n_prompts"] == 12
+    with pytest.raises(ValueError, match="orders"):
+        EvalConfig(orders=["random"])
+    with pytest.raises(ValueError, match="orders"):
+        EvalConfig(orders=[])
+
+
+def test_ood_table_and_fig3_keep_the_orders_apart(tmp_path):
+    from vlbind.figures import fig3, fig8, ood_table
+
+    df = pd.concat([eval_table("text_only", "seed0", 0.99, 0.1).assign(order="fixed"),
+                    eval_table("text_only", "seed0", 0.25, 0.05).assign(order="shuffled"),
+                    eval_table("image_text", "seed0-x", 0.9, 0.6).assign(order="fixed"),
+                    eval_table("image_text", "seed0-x", 0.99, 0.4).assign(order="shuffled")])
+    t = ood_table(df)
+    assert t.index.names == ["order", "variant"] and list(t.index.get_level_values(0)) == ["fixed"] * 2 + [
+        "shuffled"] * 2
+    assert t.loc[("fixed", "text_only"), "ood_mean"] == pytest.approx(0.1)
+    assert t.loc[("shuffled", "image_text"), "ood_mean"] == pytest.approx(0.4)
+    fig3(df, tmp_path / "fig3.pdf")
+    fig8(df, tmp_path / "fig8.pdf")
+    assert (tmp_path / "fig3.pdf").read_bytes().startswith(b"%PDF")
+
+
+def test_max_steps_zero_passes_the_starting_weights_through_and_scores_them(tmp_path):
+    m = fresh(3)
+    before = weights(m)
+    cfg = TrainConfig(**{**CFG.__dict__, "max_steps": 0})
+    meta = train_stage(m, SPEC, cfg, tmp_path, stage="text_s4", parent="p")
+    loaded, _ = load_model(tmp_path)
+    for k, v in before.items():
+        assert torch.equal(loaded.state_dict()[k], v)
+    from vlbind.inference import accuracy
+    from vlbind.train import validation_set
+
+    assert meta["steps"] == 0 and meta["best_step"] == 0
+    assert meta["best_val_accuracy"] == accuracy(m, validation_set(SPEC, cfg), "cpu")
+    curve = pd.read_parquet(tmp_path / "metrics.parquet")
+    assert curve["step"].tolist() == [0] and curve["finite"].all()
+    with pytest.raises(ValueError, match="max_steps"):
+        TrainConfig(max_steps=-1)
 
 
 def test_bad_train_config_names_the_key():

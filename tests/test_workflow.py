@@ -89,8 +89,10 @@ def test_smoke_dag_draws_fig3_fig7_and_fig8_with_all_four_variants(smoke_tree):
         assert set(table.loc[table["variant"] == v, "run"]) == set(RUNS[v])
     assert table["n_objects"].min() == 2 and table["n_objects"].max() == 12
     assert "diverged" in table and not table["diverged"].any()
-    summary = pd.read_csv(smoke_tree / "results/tables/ood_accuracy.csv", index_col=0)
-    assert list(summary.index) == VARIANTS and all(summary.loc[v, "runs"] == len(RUNS[v]) for v in VARIANTS)
+    assert (table.groupby(["variant", "run"])["order"].agg(tuple) == ("fixed",) * 11 + ("shuffled",) * 11).all()
+    summary = pd.read_csv(smoke_tree / "results/tables/ood_accuracy.csv", index_col=["order", "variant"])
+    assert list(summary.index) == [(o, v) for o in ("fixed", "shuffled") for v in VARIANTS]
+    assert all(summary.loc[(o, v), "runs"] == len(RUNS[v]) for o, v in summary.index)
     training = pd.read_csv(smoke_tree / "results/tables/training.csv")
     assert len(training) == len(SEEDS) * (len(TEXT_STAGES) + len(ENCODERS) * len(VISION_STAGES))
     assert (training["steps"] == 10).all()
@@ -447,3 +449,20 @@ def test_readme_commands_run_as_written_in_the_smoke_tree(smoke_tree):
             raise AssertionError(f"README command {command!r}: teach this test to run it")
         proc = subprocess.run(argv, cwd=smoke_tree, capture_output=True, text=True)
         assert proc.returncode == 0, f"{command}\n{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}"
+
+
+def test_mini_trains_the_text_arm_in_fixed_order_and_the_paper_config_shuffled():
+    """mini skips text_s4 (max_steps 0) and keeps text_s5 and noise_text in context order; the paper config
+    trains all three on shuffled lists. The image arm is shuffled in both."""
+    from vlbind import config as vlconfig
+
+    paper = vlconfig.load([ROOT / "config/config.yaml"])
+    mini = vlconfig.load([ROOT / "config/config.yaml", ROOT / "config/mini.yaml"])
+    stages = ("text_s4", "text_s5", "noise_text", *vlconfig.VISION_STAGES)
+    assert all(paper["stages"][s]["task"]["shuffle"] for s in stages)
+    assert {s: mini["stages"][s]["task"]["shuffle"] for s in stages} == {
+        "text_s4": True, "text_s5": False, "noise_text": False, **dict.fromkeys(vlconfig.VISION_STAGES, True)}
+    assert vlconfig.stage_params(mini, "text_s4")["train"]["max_steps"] == 0
+    assert vlconfig.stage_params(paper, "text_s4")["train"]["max_steps"] > 0
+    assert (mini["evaluate"]["orders"], mini["interp"]["order"]) == (["fixed", "shuffled"], "fixed")
+    assert (paper["evaluate"]["orders"], paper["interp"]["order"]) == (["shuffled"], "shuffled")

@@ -1,11 +1,13 @@
 """Figures from tidy result tables; nothing here touches a model.
 
 fig3: text-modality accuracy vs number of objects, mean +- standard error over runs per variant, the
-training range shaded, each variant's OOD average (mean over runs of the per-run OOD average) in the legend.
+training range shaded, each variant's OOD average (mean over runs of the per-run OOD average) in the legend;
+one panel per association-list order evaluated (evaluate.orders).
 Runs marked diverged or not converged by the evaluation (outcomes.divergence, outcomes.convergence) are left
 out of means and counted in the legend.
 fig7: example renderings from the image bank.
-fig8: one panel per variant with every run drawn individually (appendix E), runs left out of means dashed.
+fig8: one panel per variant (and row per order) with every run drawn individually (appendix E), runs left out of
+means dashed.
 fig4 / fig9: interchange label shares per layer, per variant (mean over runs) / per run with its circuit.
 fig10: attention-knockout accuracy drops per variant (role x role matrix, and appendix G's matching edges).
 fig11: probe decodability per layer, one panel per role, per variant (color of the bound object).
@@ -41,6 +43,14 @@ def read_eval_tables(paths: list[str | Path]) -> pd.DataFrame:
     return pd.concat(frames, ignore_index=True)
 
 
+def by_order(df: pd.DataFrame) -> list[tuple[str, pd.DataFrame]]:
+    """(order, rows) per association-list order of evaluation tables, in the order evaluated (the first decides
+    convergence); a table without an `order` column holds shuffled lists."""
+    if "order" not in df:
+        return [("shuffled", df)]
+    return [(o, df[df["order"] == o]) for o in df["order"].unique()]
+
+
 def _diverged(df: pd.DataFrame) -> pd.Series:
     return df["diverged"] if "diverged" in df else pd.Series(False, index=df.index)
 
@@ -55,8 +65,14 @@ def converged(df: pd.DataFrame) -> pd.DataFrame:
     return df[~_diverged(df) & ~_unconverged(df)]
 
 
+def ood_table(df: pd.DataFrame) -> pd.DataFrame:
+    """ood_summary for each prompt order, one row per order and variant (ood_accuracy.csv)."""
+    return pd.concat([ood_summary(d).rename_axis("variant").reset_index().assign(order=o) for o, d in by_order(df)],
+                     ignore_index=True).set_index(["order", "variant"])
+
+
 def ood_summary(df: pd.DataFrame) -> pd.DataFrame:
-    """Per variant: runs used, runs left out as diverged and as not converged, mean and standard error of the
+    """Per variant, over the rows of one prompt order: runs used, runs left out as diverged and as not converged, mean and standard error of the
     per-run OOD averages of the runs used (NaN for a variant with none)."""
     variants = df["variant"].unique()
     diverged = df[_diverged(df)].groupby("variant")["run"].nunique().reindex(variants, fill_value=0)
@@ -97,9 +113,26 @@ def _train_range(ax, df):
         ax.axvspan(df["n_objects"].min() - 0.5, inside.max() + 0.5, color="0.92", zorder=0, label="training range")
 
 
+ORDER_TITLES = {"fixed": "association list in context order", "shuffled": "association list shuffled"}
+
+
 def fig3(df: pd.DataFrame, path: str | Path, note: str = "") -> None:
+    panels = by_order(df)
+    fig, axes = plt.subplots(1, len(panels), figsize=(6.4 * len(panels), 4.0), sharey=True, squeeze=False)
+    for ax, (order, d) in zip(axes[0], panels):
+        _fig3_panel(ax, d)
+        if len(panels) > 1:
+            ax.set_title(ORDER_TITLES[order], fontsize=9)
+    title = _title("Indirect retrieval: accuracy vs context size", note)
+    if len(panels) > 1:
+        fig.suptitle(title, fontsize=9)
+    else:
+        axes[0][0].set_title(title, fontsize=9)
+    _save(fig, path)
+
+
+def _fig3_panel(ax, df: pd.DataFrame) -> None:
     summary = ood_summary(df)
-    fig, ax = plt.subplots(figsize=(6.4, 4.0))
     _train_range(ax, df)
     used = converged(df)
     for v in _variants(used):
@@ -117,9 +150,7 @@ def fig3(df: pd.DataFrame, path: str | Path, note: str = "") -> None:
         ax.plot([], [], color=VARIANT_COLORS.get(v), label=f"{v} (no run used{_left_out(summary.loc[v])})")
     ax.plot(n, 1 / n, ls=":", color="0.4", lw=1, label="chance (1 / objects)")
     ax.set(xlabel="number of objects in context", ylabel="accuracy (text modality, query by color)", ylim=(0, 1.02))
-    ax.set_title(_title("Indirect retrieval: accuracy vs context size", note), fontsize=9)
     ax.legend(fontsize=7, loc="upper right")
-    _save(fig, path)
 
 
 def _left_out(s: pd.Series) -> str:
@@ -129,18 +160,21 @@ def _left_out(s: pd.Series) -> str:
 
 
 def fig8(df: pd.DataFrame, path: str | Path, note: str = "") -> None:
-    variants = _variants(df)
-    fig, axes = plt.subplots(1, len(variants), figsize=(4.0 * len(variants), 3.4), sharey=True, squeeze=False)
-    for ax, v in zip(axes[0], variants):
+    variants, rows = _variants(df), by_order(df)
+    fig, axes = plt.subplots(len(rows), len(variants), figsize=(4.0 * len(variants), 3.4 * len(rows)), sharey=True,
+                             squeeze=False)
+    for (i, (order, rows_of_order)), (j, v) in ((r, c) for r in enumerate(rows) for c in enumerate(variants)):
+        ax = axes[i][j]
         _train_range(ax, df)
-        d = df[df["variant"] == v]
+        d = rows_of_order[rows_of_order["variant"] == v]
         for run, r in d.groupby("run"):
             why = "diverged" if _diverged(r).iloc[0] else "not converged" if _unconverged(r).iloc[0] else ""
             label = f"{run} (OOD {100 * ood_average(r):.1f}%{', ' + why if why else ''})"
             ax.plot(r["n_objects"], r["accuracy"], marker="o", ms=2, lw=1, ls="--" if why else "-", label=label)
-        ax.set(title=v, xlabel="number of objects", ylim=(0, 1.02))
+        ax.set(title=v if len(rows) == 1 else f"{v}, {order}", xlabel="number of objects", ylim=(0, 1.02))
         ax.legend(fontsize=6, loc="lower left")
-    axes[0][0].set_ylabel("accuracy")
+        if j == 0:
+            ax.set_ylabel("accuracy")
     if note:
         fig.suptitle(_note(note), fontsize=9)
     _save(fig, path)

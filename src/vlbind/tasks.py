@@ -104,6 +104,16 @@ class StageSpec:
         return asdict(self)
 
 
+ORDERS = ("fixed", "shuffled")  # association list in context order or in random order (StageSpec.shuffle)
+
+
+def in_order(spec: StageSpec, order: str) -> StageSpec:
+    """`spec` with its association list in `order`, one of ORDERS."""
+    if order not in ORDERS:
+        raise ValueError(f"prompt order {order!r}; valid: {ORDERS}")
+    return replace(spec, shuffle=order == "shuffled")
+
+
 def max_position(n_pairs: int, noise_tokens: int = 0) -> int:
     """The largest RoPE position id of a text retrieval prompt with `n_pairs` objects and `noise_tokens`
     noise positions between consecutive context pairs (the layout in the module docstring): the model's

@@ -4,6 +4,7 @@ early stopping.
 
 A stage stops at the first of: validation accuracy reaching `target_accuracy` (the curriculum's advance
 criterion), a plateau (no gain of `min_delta` over the best for `patience` validations), or `max_steps`.
+`max_steps` 0 skips a stage: its starting weights pass through, validated once on the stage's task.
 The weights kept are those of the best validation. Training state (weights, optimizer, data RNG, curve)
 is saved atomically every `checkpoint_every` steps and a killed run resumes from it and reaches the same
 weights as an uninterrupted one; a saved state whose settings differ is discarded, not resumed (a raised
@@ -81,9 +82,12 @@ class TrainConfig:
             raise ValueError(f"TrainConfig.binding_loss={self.binding_loss} must be >= 0")
         if not 0 < self.val_images < 1:
             raise ValueError(f"TrainConfig.val_images={self.val_images} must lie in (0, 1)")
-        for key in ("batch_size", "eval_every", "val_size", "max_steps", "patience", "checkpoint_every"):
+        for key in ("batch_size", "eval_every", "val_size", "patience", "checkpoint_every"):
             if getattr(self, key) < 1:
                 raise ValueError(f"TrainConfig.{key}={getattr(self, key)} must be >= 1")
+        if self.max_steps < 0:
+            raise ValueError(f"TrainConfig.max_steps={self.max_steps} must be >= 0 (0: the stage passes its "
+                             "starting weights through)")
 
     @classmethod
     def from_dict(cls, d: dict) -> TrainConfig:
@@ -228,6 +232,11 @@ def train_stage(model: Transformer, spec: StageSpec, cfg: TrainConfig, out_dir: 
 }
             _save_resume(out_dir / RESUME_FILE, key, model, opt, progress, best_state)
 
+    if not history:  # max_steps 0: the starting weights pass through; record what they score on this stage
+        best_acc = accuracy(model, val, device, cfg.precision, val_bank)
+        history.append({"step": 0, "train_loss": float("nan"), "val_accuracy": best_acc, "lr": 0.0,
+                        "grad_norm": float("nan"), "steps_per_s": float("nan"), "finite": True})
+        log.info("%s: max_steps 0, weights passed through unchanged; val_acc %.4f", stage, best_acc)
     model.load_state_dict(best_state)
     meta = {"stage": stage, "parent": parent, "stage_spec": spec.to_dict(), "train_config": asdict(cfg),
             "start": None if start is None else {"stage_spec": start_spec.to_dict(), "steps": start_steps},

@@ -19,6 +19,7 @@ rule analyze:
         gpu=config["resources"]["train_gpus"],
     params:
         settings=lambda wc: vlconfig.canonical(config["interp"][wc.analysis]),
+        order=config["interp"]["order"],
         device=config["device"],
     script:
         "../../scripts/analyze.py"

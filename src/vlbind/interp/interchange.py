@@ -34,11 +34,11 @@ import torch
 
 from ..inference import answer_logits, model_inputs
 from ..model import Transformer, hook_name, resid_name
-from ..tasks import BY_COLOR, RETRIEVAL, Batch, StageSpec, assemble, generate
+from ..tasks import BY_COLOR, RETRIEVAL, Batch, StageSpec, assemble, generate, in_order
 
 MECHANISMS = ("positional", "color_key", "shape_key", "reflexive", "no_effect")
 LABELS = (*MECHANISMS, "mixed")
-# Text prompts of the full vocabulary with 5..8 objects (five distinct slots), shuffled associations.
+# Text prompts of the full vocabulary with 5..8 objects (five distinct slots); sweep() sets the list's order.
 INTERCHANGE_SPEC = StageSpec(n_colors=216, n_shapes=216, n_items=32, min_pairs=5, max_pairs=8, shuffle=True)
 
 
@@ -130,18 +130,19 @@ def item_argmax(logits: torch.Tensor, batch: Batch) -> np.ndarray:
 
 @torch.no_grad()
 def sweep(model: Transformer, n_pairs: int, seed: int, batch_size: int = 128, device="cpu",
-          layers: list[int] | None = None) -> tuple[pd.DataFrame, dict]:
-    """Label shares per layer: tidy rows (layer, label, fraction, count). Returns (table, info) where
-    info counts generated, kept and dropped pairs."""
+          layers: list[int] | None = None, order: str = "shuffled") -> tuple[pd.DataFrame, dict]:
+    """Label shares per layer: tidy rows (layer, label, fraction, count), on pairs whose association lists are
+    in `order` (tasks.ORDERS). Returns (table, info) where info counts generated, kept and dropped pairs."""
     model.eval()
     n = model.cfg.n_layers
     layers = list(range(n + 1)) if layers is None else layers
     read = sorted({*layers, n})  # the stream after the last block gives the counterfactual's own answer
     rng = np.random.default_rng([seed, 0x1C])
+    spec = in_order(INTERCHANGE_SPEC, order)
     counts = np.zeros((len(layers), len(LABELS)), dtype=np.int64)
     generated = kept = 0
     while generated < n_pairs:
-        pairs = make_pairs(min(batch_size, n_pairs - generated), rng)
+        pairs = make_pairs(min(batch_size, n_pairs - generated), rng, spec)
         generated += len(pairs)
         o, cf = pairs.original, pairs.counterfactual
         cf_resid = answer_residuals(model, cf, read, device)

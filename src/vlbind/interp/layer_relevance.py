@@ -44,9 +44,10 @@ def skip_accuracy(model: Transformer, batches: list[Batch], layer: int | None, d
         return accuracy(model, batches, device)
 
 
-def layer_relevance_table(model: Transformer, n_prompts: int, seed: int, device="cpu") -> tuple[pd.DataFrame, float]:
+def layer_relevance_table(model: Transformer, n_prompts: int, seed: int, device="cpu",
+                          order: str = "shuffled") -> tuple[pd.DataFrame, float]:
     """Rows (layer, cosine, accuracy_skipped, baseline, drop) and the Spearman correlation of cosine and drop."""
-    batches = analysis_prompts(n_prompts, seed)
+    batches = analysis_prompts(n_prompts, seed, order=order)
     baseline = skip_accuracy(model, batches, None, device)
     cos = block_cosines(model, batches, device)
     rows = [{"layer": i, "cosine": float(cos[i]), "accuracy_skipped": (a := skip_accuracy(model, batches, i, device)),

@@ -80,10 +80,10 @@ def fit_and_score(x_train: np.ndarray, y_train: np.ndarray, x_test: np.ndarray, 
     return accuracy, chance
 
 
-def probe_table(model: Transformer, cfg: ProbeConfig = ProbeConfig(), device="cpu") -> pd.DataFrame:
+def probe_table(model: Transformer, cfg: ProbeConfig = ProbeConfig(), device="cpu", order: str = "shuffled") -> pd.DataFrame:
     """Tidy rows: role, attribute, layer, accuracy, chance."""
-    train = collect(model, analysis_prompts(cfg.train_prompts, cfg.seed), device)
-    test = collect(model, analysis_prompts(cfg.test_prompts, cfg.seed + 1), device)
+    train = collect(model, analysis_prompts(cfg.train_prompts, cfg.seed, order=order), device)
+    test = collect(model, analysis_prompts(cfg.test_prompts, cfg.seed + 1, order=order), device)
     rows = []
     for role in PROBE_ROLES:
         for attribute in ATTRIBUTES:

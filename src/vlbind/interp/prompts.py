@@ -4,18 +4,20 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..tasks import BY_COLOR, RETRIEVAL, Batch, Role, StageSpec, batch_sizes, generate
+from ..tasks import BY_COLOR, RETRIEVAL, Batch, Role, StageSpec, batch_sizes, generate, in_order
 
-# Text prompts of <= 8 objects queried by color, as the paper analyses (full vocabulary, shuffled).
+# Text prompts of <= 8 objects queried by color, as the paper analyses (full vocabulary; order: an argument).
 ANALYSIS_SPEC = StageSpec(n_colors=216, n_shapes=216, n_items=32, min_pairs=2, max_pairs=8, shuffle=True)
 ROLES = {"context color": Role.CONTEXT_COLOR, "context shape": Role.CONTEXT_SHAPE,
          "association shape": Role.ASSOCIATION_KEY, "association item": Role.ASSOCIATION_ITEM,
          "query": Role.QUERY, "answer": Role.ANSWER}
 
 
-def analysis_prompts(n: int, seed: int, batch_size: int = 256, spec: StageSpec = ANALYSIS_SPEC) -> list[Batch]:
-    """`n` retrieval prompts of `spec` queried by color, without noise, in batches of `batch_size`."""
+def analysis_prompts(n: int, seed: int, batch_size: int = 256, order: str = "shuffled") -> list[Batch]:
+    """`n` retrieval prompts of ANALYSIS_SPEC queried by color, without noise, association lists in `order`
+    (tasks.ORDERS), in batches of `batch_size`."""
     rng = np.random.default_rng([seed, 0x40])
+    spec = in_order(ANALYSIS_SPEC, order)
     return [generate(spec, size, rng, task=RETRIEVAL, query_by=BY_COLOR, noise=False)
             for size in batch_sizes(n, batch_size)]
 
