@@ -12,8 +12,8 @@ from vlbind.evaluate import EVAL_SPEC, EvalConfig, evaluate
 from vlbind.model import ModelConfig, Transformer
 from vlbind.outcomes import ood_average
 from vlbind.tasks import BY_COLOR, RETRIEVAL, StageSpec, generate, prompt_text
-from vlbind.vocab import VOCAB
 from vlbind.train import RESUME_FILE, TrainConfig, lr_at, resume_weights, train_stage
+from vlbind.vocab import VOCAB
 
 TINY = ModelConfig(n_layers=2, d_model=32, d_ff=64, n_heads=2, vocab_size=480)
 SPEC = StageSpec(8, 8, 8, 2, 3, shuffle=True)

@@ -72,8 +72,8 @@ def ood_table(df: pd.DataFrame) -> pd.DataFrame:
 
 
 def ood_summary(df: pd.DataFrame) -> pd.DataFrame:
-    """Per variant, over the rows of one prompt order: runs used, runs left out as diverged and as not converged, mean and standard error of the
-    per-run OOD averages of the runs used (NaN for a variant with none)."""
+    """Per variant, over the rows of one prompt order: runs used, runs left out as diverged and as not converged,
+    mean and standard error of the per-run OOD averages of the runs used (NaN for a variant with none)."""
     variants = df["variant"].unique()
     diverged = df[_diverged(df)].groupby("variant")["run"].nunique().reindex(variants, fill_value=0)
     unconverged = df[~_diverged(df) & _unconverged(df)].groupby("variant")["run"].nunique().reindex(variants,

@@ -55,7 +55,8 @@ def accuracy_with_knockout(model: Transformer, batches: list[Batch], masks: list
     return hits / total
 
 
-def knockout_table(model: Transformer, n_prompts: int, seed: int, device="cpu", order: str = "shuffled") -> pd.DataFrame:
+def knockout_table(model: Transformer, n_prompts: int, seed: int, device="cpu",
+                   order: str = "shuffled") -> pd.DataFrame:
     """One row per knocked-out edge: kind (role / matching), source, target, accuracy, baseline, drop."""
     batches = analysis_prompts(n_prompts, seed, order=order)
     baseline = accuracy_with_knockout(model, batches, None, device)

@@ -80,7 +80,8 @@ def fit_and_score(x_train: np.ndarray, y_train: np.ndarray, x_test: np.ndarray, 
     return accuracy, chance
 
 
-def probe_table(model: Transformer, cfg: ProbeConfig = ProbeConfig(), device="cpu", order: str = "shuffled") -> pd.DataFrame:
+def probe_table(model: Transformer, cfg: ProbeConfig = ProbeConfig(), device="cpu",
+                order: str = "shuffled") -> pd.DataFrame:
     """Tidy rows: role, attribute, layer, accuracy, chance."""
     train = collect(model, analysis_prompts(cfg.train_prompts, cfg.seed, order=order), device)
     test = collect(model, analysis_prompts(cfg.test_prompts, cfg.seed + 1, order=order), device)
