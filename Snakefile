@@ -1,5 +1,10 @@
 # vlbind: the paper's results as one DAG. See README.md.
-from snakemake.utils import min_version, validate
+from pathlib import Path
+
+import pandas as pd
+from snakemake.utils import min_version
+
+from vlbind.outcomes import run_summary
 
 min_version("8.0")
 
@@ -29,3 +34,8 @@ rule all:
         rules.training_table.output.csv,
         rules.circuits.output.csv,
         expand("results/figures/{fig}.pdf", fig=INTERP_FIGURES),
+
+
+onsuccess:
+    if Path(rules.ood_table.output.csv).exists():
+        print(run_summary(pd.read_csv(rules.ood_table.output.csv)))

@@ -234,6 +234,19 @@ def test_ood_table_and_fig3_keep_the_orders_apart(tmp_path):
     assert (tmp_path / "fig3.pdf").read_bytes().startswith(b"%PDF")
 
 
+def test_run_summary_counts_runs_left_out():
+    from vlbind.figures import ood_table
+    from vlbind.outcomes import run_summary
+
+    df = pd.concat([eval_table("text_only", "seed0", 0.99, 0.2, min_in_distribution=0.95),
+                    eval_table("text_only", "seed1", 0.99, 0.4, min_in_distribution=0.95),
+                    eval_table("text_only", "seed2", 0.5, 0.1, min_in_distribution=0.95),
+                    eval_table("noise_text", "seed0", 0.99, 0.1, diverged=True)]).assign(order="fixed")
+    lines = run_summary(ood_table(df).reset_index()).splitlines()[1:]
+    assert lines == ["  fixed     text_only         2 of 3 runs converged, OOD 30.0 ± 10.0 %",
+                     "  fixed     noise_text        0 of 1 runs converged (1 diverged), no OOD mean"]
+
+
 def test_max_steps_zero_passes_the_starting_weights_through_and_scores_them(tmp_path):
     m = fresh(3)
     before = weights(m)

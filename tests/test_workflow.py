@@ -76,7 +76,8 @@ def downstream_of_models(variants, encoder=None) -> set[tuple[str, str]]:
 @pytest.fixture(scope="module")
 def smoke_tree(tmp_path_factory):
     work = copy_workflow(tmp_path_factory.mktemp("smoke"))
-    snakemake(work, "--configfile", "config/smoke.yaml")  # the default target: every figure and table
+    proc = snakemake(work, "--configfile", "config/smoke.yaml")  # the default target: every figure and table
+    (work / "snakemake.out").write_text(proc.stdout + proc.stderr)
     return work
 
 
@@ -96,6 +97,14 @@ def test_smoke_dag_draws_fig3_fig7_and_fig8_with_all_four_variants(smoke_tree):
     training = pd.read_csv(smoke_tree / "results/tables/training.csv")
     assert len(training) == len(SEEDS) * (len(TEXT_STAGES) + len(ENCODERS) * len(VISION_STAGES))
     assert (training["steps"] == 10).all()
+
+
+def test_the_dag_ends_by_saying_how_many_runs_converged(smoke_tree):
+    out = (smoke_tree / "snakemake.out").read_text()
+    summary = pd.read_csv(smoke_tree / "results/tables/ood_accuracy.csv")
+    assert len(summary) == 8
+    for r in summary.itertuples():
+        assert f"{r.order:<9} {r.variant:<17} {r.runs} of {r.runs} runs converged, OOD {100 * r.ood_mean:.1f}" in out
 
 
 def test_smoke_dag_runs_every_analysis_on_every_model_and_draws_their_figures(smoke_tree):
