@@ -1,6 +1,6 @@
 """`python -m vlbind ...`: command-line entry points, and the logging setup the Snakemake scripts share.
 
-    python -m vlbind sample --stage text_s4 --count 5 --seed 0 [--task grounding|lookup] [--noise]
+    python -m vlbind sample --stage text_s4 --count 5 --seed 0 [--task retrieval|grounding] [--noise]
         one prompt per line in the paper's text format, a tab, then the answer token.
     python -m vlbind sample --stage image --bank results/banks/per_object \
                             --features results/features/resnet152/per_object.npy

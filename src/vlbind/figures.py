@@ -60,8 +60,8 @@ def _unconverged(df: pd.DataFrame) -> pd.Series:
 
 
 def converged(df: pd.DataFrame) -> pd.DataFrame:
-    """The rows of runs neither diverged nor below the convergence bar (tables written before either rule
-    count as converged)."""
+    """The rows of runs neither diverged nor below the convergence bar (a table without the verdict columns
+    counts as converged)."""
     return df[~_diverged(df) & ~_unconverged(df)]
 
 

@@ -228,8 +228,7 @@ def train_stage(model: Transformer, spec: StageSpec, cfg: TrainConfig, out_dir: 
             break
         if step % ckpt_every == 0:
             progress = {"step": step, "best_acc": best_acc, "best_step": best_step, "history": history,
-                        "rng_state": rng.bit_generator.state, "wall_seconds": wall_before + time.time() - t0,
-}
+                        "rng_state": rng.bit_generator.state, "wall_seconds": wall_before + time.time() - t0}
             _save_resume(out_dir / RESUME_FILE, key, model, opt, progress, best_state)
 
     if not history:  # max_steps 0: the starting weights pass through; record what they score on this stage

@@ -1,4 +1,4 @@
-"""Layer relevance (the companion abstract, shared/paper/layer-relevance-abstract.txt): for each block,
+"""Layer relevance (ours, after a companion abstract on layer relevance that ships with the paper): for each block,
 the cosine similarity between the residual stream entering and leaving it (a common proxy for how much a
 layer matters) and the accuracy drop when the block is skipped (what it does matter), with their rank
 correlation. A good proxy would give a strongly negative correlation: high similarity, small drop.
