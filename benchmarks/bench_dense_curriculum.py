@@ -21,7 +21,7 @@ import torch
 from vlbind import config as vlconfig
 from vlbind.model import ModelConfig, Transformer
 from vlbind.tasks import StageSpec
-from vlbind.train import train_stage
+from vlbind.train import TrainConfig, train_stage
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -38,7 +38,7 @@ def run(queries: str, seed: int, stages: list[str], cap: int, out: Path) -> list
         if model is None:
             model = Transformer(ModelConfig(**config["model"]))
         meta = train_stage(model, StageSpec.from_dict(params["task"]),
-                           vlconfig.train_config(params["train"], seed, "cpu"), out / queries / stage, stage=stage)
+                           TrainConfig.from_section(params["train"], seed, "cpu"), out / queries / stage, stage=stage)
         rows.append({"queries": queries, "stage": stage, "steps": meta["steps"], "wall_s": meta["wall_seconds"],
                      "best": meta["best_val_accuracy"], "stopped": meta["stopped_because"]})
     return rows

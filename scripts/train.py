@@ -3,14 +3,13 @@ from pathlib import Path
 
 import torch
 
-from vlbind import config as vlconfig
 from vlbind.bank import ImageBank
 from vlbind.checkpoint import load_model
 from vlbind.cli import setup_logging
 from vlbind.device import resolve_device
 from vlbind.model import ModelConfig, Transformer
 from vlbind.tasks import StageSpec
-from vlbind.train import train_stage
+from vlbind.train import TrainConfig, train_stage
 
 sm = snakemake  # noqa: F821 (injected by Snakemake)
 setup_logging(sm.log[0], history=Path(sm.output.model).with_name("train.log"))  # keeps killed attempts
@@ -29,6 +28,6 @@ if "features" in sm.input.keys():
 if "projector" in params:  # the first image stage gives the text model its visual projector
     model.attach_projector(bank.dim, params["projector"]["mult"], params["projector"]["scale"])
 start = params.get("start")
-train_stage(model, StageSpec.from_dict(params["task"]), vlconfig.train_config(params["train"], seed, device),
+train_stage(model, StageSpec.from_dict(params["task"]), TrainConfig.from_section(params["train"], seed, device),
             Path(sm.output.model).parent, stage=params["stage"], device=device, parent=parent, bank=bank,
             start=(StageSpec.from_dict(start["task"]), start["steps"]) if start else None)

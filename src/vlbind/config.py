@@ -10,6 +10,9 @@ from pathlib import Path
 
 import yaml
 
+from .settings import ConfigError
+
+__all__ = ["ConfigError"]  # raised here, defined on the bottom floor (settings) so every module can raise it
 SCHEMA_PATH = Path(__file__).with_name("config.schema.yaml")
 
 # The training DAG (paper, appendix D.3-D.7): each stage starts from its parent's checkpoint.
@@ -25,10 +28,6 @@ TEXT_STAGES = tuple(s for s in STAGE_PARENTS if s not in VISION_STAGES)
 # Paper variant name -> the stage whose checkpoint it is.
 VARIANT_STAGE = {"text_only": "text_s5", "noise_text": "noise_text", "image_text": "image_text",
                  "noise_image_text": "noise_image_text"}
-
-
-class ConfigError(ValueError):
-    pass
 
 
 def deep_merge(base: dict, overlay: dict) -> dict:
@@ -269,12 +268,3 @@ def parse_run(run: str) -> tuple[int, str | None]:
     head, _, encoder = run.partition("-")
     return int(head.removeprefix("seed")), encoder or None
 
-
-def train_config(params_train: dict, seed: int, device: str):
-    """TrainConfig from a (merged) train section, with precision chosen for `device`."""
-    from .device import precision_for
-    from .train import TrainConfig
-
-    t = dict(params_train)
-    precision = t.pop("precision", {})
-    return TrainConfig.from_dict({**t, "seed": seed, "precision": precision_for(precision, device)})

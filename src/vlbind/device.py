@@ -8,7 +8,7 @@ import functools
 import warnings
 from pathlib import Path
 
-from .config import ConfigError
+from .settings import ConfigError
 
 
 def resolve_device(name: str) -> str:

@@ -1,4 +1,5 @@
-"""Building settings dataclasses from plain dicts (config sections), rejecting unknown keys by name."""
+"""The bottom floor of settings: the config error, and building settings dataclasses from plain dicts (config
+sections), rejecting unknown keys by name. Imports nothing of vlbind."""
 
 from __future__ import annotations
 
@@ -6,6 +7,10 @@ from dataclasses import fields
 from typing import TypeVar
 
 T = TypeVar("T")
+
+
+class ConfigError(ValueError):
+    """A config value that cannot be used; the message names the key and what would be valid."""
 
 
 def from_dict(cls: type[T], d: dict) -> T:

@@ -39,6 +39,7 @@ import torch
 import torch.nn.functional as F
 
 from . import __version__
+from .device import precision_for
 from .checkpoint import load_optimizer_tensors, load_tensors, optimizer_tensors, read_metadata, save_model, save_tensors
 from .files import CorruptFileError
 from .inference import accuracy, answer_logits
@@ -92,6 +93,13 @@ class TrainConfig:
     @classmethod
     def from_dict(cls, d: dict) -> TrainConfig:
         return from_dict(cls, d)
+
+    @classmethod
+    def from_section(cls, train: dict, seed: int, device: str) -> TrainConfig:
+        """From a (merged) config `train` section, with the precision chosen for `device`."""
+        t = dict(train)
+        precision = t.pop("precision", {})
+        return cls.from_dict({**t, "seed": seed, "precision": precision_for(precision, device)})
 
 
 def make_optimizer(model: torch.nn.Module, cfg: TrainConfig) -> torch.optim.AdamW:
