@@ -2,8 +2,8 @@
 
 The paper's encoders are supervised ImageNet models (appendix D.6). Random-weight ones see almost nothing
 (a random ResNet-152's features barely decode shape on held-out renderings: benchmarks/bench_encoder_probes.py),
-so mini trains its own: a timm CNN from scratch, supervised to classify the color and the shape of one rendered object, on a
-bank rendered apart from the image bank (its own seed, wider range of sizes, random places). The two
+so mini trains its own: a timm CNN from scratch, supervised to classify the color and the shape of one rendered
+object, on a bank rendered apart from the image bank (its own seed, wider range of sizes, random places). The two
 linear heads are thrown away; the backbone is saved as safetensors and then loaded like any other local
 checkpoint (`encoders.load_encoder`). Images are normalised as extraction normalises them.
 """

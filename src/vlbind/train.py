@@ -39,8 +39,8 @@ import torch
 import torch.nn.functional as F
 
 from . import __version__
-from .device import precision_for
 from .checkpoint import load_optimizer_tensors, load_tensors, optimizer_tensors, read_metadata, save_model, save_tensors
+from .device import precision_for
 from .files import CorruptFileError
 from .inference import accuracy, answer_logits
 from .model import Transformer
