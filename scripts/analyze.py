@@ -5,10 +5,10 @@ from pathlib import Path
 import torch
 
 from vlbind.checkpoint import load_model
-from vlbind.cli import setup_logging
 from vlbind.device import resolve_device
 from vlbind.files import atomic_write
 from vlbind.interp import analyze
+from vlbind.logs import setup_logging
 
 sm = snakemake  # noqa: F821 (injected by Snakemake)
 log = setup_logging(sm.log[0])

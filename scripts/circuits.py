@@ -1,9 +1,9 @@
 """Snakemake adapter: the circuit label of every analysed run (interp.interchange.circuit_label)."""
 import pandas as pd
 
-from vlbind.cli import setup_logging
 from vlbind.files import atomic_write
 from vlbind.interp.interchange import circuit_label
+from vlbind.logs import setup_logging
 
 sm = snakemake  # noqa: F821 (injected by Snakemake)
 log = setup_logging(sm.log[0])

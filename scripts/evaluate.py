@@ -7,10 +7,10 @@ import pandas as pd
 import torch
 
 from vlbind.checkpoint import load_model
-from vlbind.cli import setup_logging
 from vlbind.device import precision_for, resolve_device
 from vlbind.evaluate import EvalConfig, evaluate
 from vlbind.files import atomic_write
+from vlbind.logs import setup_logging
 from vlbind.outcomes import convergence, divergence, ood_average
 
 sm = snakemake  # noqa: F821

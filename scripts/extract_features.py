@@ -2,9 +2,9 @@
 import pandas as pd
 import torch
 
-from vlbind.cli import setup_logging
 from vlbind.device import precision_for, resolve_device
 from vlbind.encoders import EncoderSpec, extract
+from vlbind.logs import setup_logging
 
 sm = snakemake  # noqa: F821 (injected by Snakemake)
 log = setup_logging(sm.log[0])

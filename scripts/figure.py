@@ -1,6 +1,6 @@
 """Snakemake adapter: draw the figure named by the rule (fig3, fig8) from evaluation tables."""
 from vlbind import figures
-from vlbind.cli import setup_logging
+from vlbind.logs import setup_logging
 
 sm = snakemake  # noqa: F821
 log = setup_logging(sm.log[0])

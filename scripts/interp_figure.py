@@ -2,7 +2,7 @@
 import pandas as pd
 
 from vlbind import figures
-from vlbind.cli import setup_logging
+from vlbind.logs import setup_logging
 
 sm = snakemake  # noqa: F821 (injected by Snakemake)
 log = setup_logging(sm.log[0])

@@ -2,9 +2,9 @@
 import torch
 
 from vlbind import config as vlconfig
-from vlbind.cli import setup_logging
 from vlbind.device import precision_for, resolve_device
 from vlbind.encoder_pretrain import PretrainConfig, pretrain
+from vlbind.logs import setup_logging
 
 sm = snakemake  # noqa: F821 (injected by Snakemake)
 log = setup_logging(sm.log[0])

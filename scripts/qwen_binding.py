@@ -1,9 +1,9 @@
 """Snakemake adapter: interchange interventions on the boxes task for one pretrained Qwen model (Table 1)."""
 import torch
 
-from vlbind.cli import setup_logging
 from vlbind.device import resolve_device
 from vlbind.files import atomic_write
+from vlbind.logs import setup_logging
 from vlbind.qwen import models
 from vlbind.qwen.binding import interchange, make_pairs
 

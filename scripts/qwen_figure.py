@@ -1,7 +1,7 @@
 """Snakemake adapter: a Qwen figure (fig2, fig6 from the retrieval tables; fig14, fig15 from the probe tables)."""
 import pandas as pd
 
-from vlbind.cli import setup_logging
+from vlbind.logs import setup_logging
 from vlbind.qwen import figures
 
 sm = snakemake  # noqa: F821 (injected by Snakemake)

@@ -1,9 +1,9 @@
 """Snakemake adapter: color probes at the shape tokens of one pretrained Qwen model (Fig 14, Fig 15)."""
 import torch
 
-from vlbind.cli import setup_logging
 from vlbind.device import resolve_device
 from vlbind.files import atomic_write
+from vlbind.logs import setup_logging
 from vlbind.qwen import models
 from vlbind.qwen.probes import probe_table
 

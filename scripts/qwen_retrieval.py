@@ -1,9 +1,9 @@
 """Snakemake adapter: Direct or Indirect Retrieval of one pretrained Qwen model (or its tiny stand-in)."""
 import torch
 
-from vlbind.cli import setup_logging
 from vlbind.device import resolve_device
 from vlbind.files import atomic_write
+from vlbind.logs import setup_logging
 from vlbind.qwen import models
 from vlbind.qwen.prompts import PromptConfig, prompts
 from vlbind.qwen.retrieval import evaluate

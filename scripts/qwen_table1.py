@@ -1,8 +1,8 @@
 """Snakemake adapter: Table 1 (peak layer, symbolic/positional ratio, VLM - LLM) from every model's interchange."""
 import pandas as pd
 
-from vlbind.cli import setup_logging
 from vlbind.files import atomic_write
+from vlbind.logs import setup_logging
 from vlbind.qwen.binding import table1
 
 sm = snakemake  # noqa: F821 (injected by Snakemake)

@@ -1,7 +1,7 @@
 """Snakemake adapter: render the image bank (images + object table)."""
 from pathlib import Path
 
-from vlbind.cli import setup_logging
+from vlbind.logs import setup_logging
 from vlbind.render import RenderConfig, render_bank
 
 sm = snakemake  # noqa: F821 (injected by Snakemake)

@@ -5,8 +5,8 @@ import torch
 
 from vlbind.bank import ImageBank
 from vlbind.checkpoint import load_model
-from vlbind.cli import setup_logging
 from vlbind.device import resolve_device
+from vlbind.logs import setup_logging
 from vlbind.model import ModelConfig, Transformer
 from vlbind.tasks import StageSpec
 from vlbind.train import TrainConfig, train_stage

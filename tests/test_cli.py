@@ -84,7 +84,7 @@ def test_a_training_history_log_keeps_the_lines_of_a_killed_attempt(tmp_path):
     beside the resume state keeps every attempt."""
     import logging
 
-    from vlbind.cli import setup_logging
+    from vlbind.logs import setup_logging
 
     rule_log, history = tmp_path / "logs" / "job.log", tmp_path / "models" / "train.log"
     try:

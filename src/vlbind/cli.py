@@ -1,4 +1,4 @@
-"""`python -m vlbind ...`: command-line entry points, and the logging setup the Snakemake scripts share.
+"""`python -m vlbind ...`: command-line entry points.
 
     python -m vlbind sample --stage text_s4 --count 5 --seed 0 [--task retrieval|grounding] [--noise]
         one prompt per line in the paper's text format, a tab, then the answer token.
@@ -15,36 +15,9 @@
 from __future__ import annotations
 
 import argparse
-import logging
-import os
 import sys
-from pathlib import Path
 
 import numpy as np
-
-
-def setup_logging(path: str | None = None, level=logging.INFO, history: str | Path | None = None) -> logging.Logger:
-    """Log with timestamps to `path` (a rule's log file), or to stderr when no path is given, and to
-    `history` as well when given.
-
-    Files are appended to, and each attempt starts with a "job started" line. Snakemake deletes a job's log
-    before it runs the job again, so a training job passes `history` (a file beside its resume state): a job
-    killed and run again resumes where it stopped, and that file keeps the killed attempt's lines."""
-    paths = [Path(p) for p in (path, history) if p]
-    for p in paths:
-        p.parent.mkdir(parents=True, exist_ok=True)
-    handlers = [logging.FileHandler(p, mode="a") for p in paths] or [logging.StreamHandler(sys.stderr)]
-    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-                        handlers=handlers, force=True)
-    log = logging.getLogger("vlbind")
-    if path:
-        log.info("job started (pid %d)", os.getpid())
-
-        def excepthook(kind, value, tb):
-            log.critical("failed", exc_info=(kind, value, tb))
-            sys.__excepthook__(kind, value, tb)
-        sys.excepthook = excepthook  # a rule's failure shows in its log file, not only in Snakemake's output
-    return log
 
 
 def _sample(args) -> int:
