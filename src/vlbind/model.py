@@ -311,11 +311,11 @@ class Transformer(nn.Module):
         return self.logits(self.residual(tokens, positions, images, blocks=blocks))
 
     # --- hook API -------------------------------------------------------------------------------
-    def run_with_cache(self, names: Iterable[str], tokens: torch.Tensor, positions: torch.Tensor | None = None,
+    def residual_with_cache(self, names: Iterable[str], tokens: torch.Tensor, positions: torch.Tensor | None = None,
                        images: tuple[torch.Tensor, torch.Tensor] | None = None,
                        blocks: torch.Tensor | None = None) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """(final residual stream (B, T, d), {name: the tensor at hook point `name`, detached}) of one forward
-        pass, as TransformerLens's run_with_cache (which returns logits: apply `logits` to the first)."""
+        pass. TransformerLens's run_with_cache returns logits first: here `model.logits(resid)` gives them."""
         cache: dict[str, torch.Tensor] = {}
         with self.hooks([(name, cache_hook(cache)) for name in names]):
             resid = self.residual(tokens, positions, images, blocks=blocks)

@@ -88,7 +88,7 @@ def answer_residuals(model: Transformer, batch: Batch, layers: list[int], device
     rows = torch.arange(len(batch), device=device)
     ans = torch.as_tensor(batch.answer_pos, device=device)
     names = [resid_name(layer, model.cfg.n_layers) for layer in layers]
-    _, cache = model.run_with_cache(names, *model_inputs(batch, device)[:2])
+    _, cache = model.residual_with_cache(names, *model_inputs(batch, device)[:2])
     return torch.stack([cache[name][rows, ans] for name in names])
 
 
@@ -107,7 +107,7 @@ def patched_answer_logits(model: Transformer, batch: Batch, layers: list[int], v
     n = model.cfg.n_layers
     tokens, positions, _ = model_inputs(batch, device)
     names = [hook_name(i, f"attn.hook_{kv}") for i in range(n) for kv in "kv"]
-    _, cache = model.run_with_cache(names, tokens, positions)
+    _, cache = model.residual_with_cache(names, tokens, positions)
     rows = torch.arange(len(batch), device=device)
     ans = torch.as_tensor(batch.answer_pos, device=device)
     valid = torch.arange(tokens.shape[1], device=device)[None, :] < ans[:, None]  # strictly earlier positions

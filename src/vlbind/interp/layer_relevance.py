@@ -26,7 +26,7 @@ def block_cosines(model: Transformer, batches: list[Batch], device="cpu") -> np.
     sums, count = np.zeros(L), 0
     for b in batches:
         names = [hook_name(i, f"hook_resid_{w}") for i in range(L) for w in ("pre", "post")]
-        _, store = model.run_with_cache(names, *model_inputs(b, device)[:2])
+        _, store = model.residual_with_cache(names, *model_inputs(b, device)[:2])
         real = torch.as_tensor(b.roles != Role.PAD, device=device)
         for i in range(L):
             pre, post = store[hook_name(i, "hook_resid_pre")], store[hook_name(i, "hook_resid_post")]

@@ -45,7 +45,7 @@ def collect(model: Transformer, batches: list[Batch], device="cpu") -> dict[str,
     feats: dict[str, list] = {r: [] for r in PROBE_ROLES}
     labels: dict[str, dict[str, list]] = {r: {a: [] for a in ATTRIBUTES} for r in PROBE_ROLES}
     for b in batches:
-        _, store = model.run_with_cache(names, *model_inputs(b, device)[:2])
+        _, store = model.residual_with_cache(names, *model_inputs(b, device)[:2])
         stack = torch.stack([store[n] for n in names]).cpu().numpy()  # (L+1, B, T, d)
         slots = slot_of_positions(b)
         for role in PROBE_ROLES:
