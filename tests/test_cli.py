@@ -47,7 +47,7 @@ def test_same_seed_same_prompts_and_unknown_stage_is_named():
 
 def test_image_stage_prints_its_text_form_without_a_bank_and_images_with_one(tmp_path):
     proc = sample("--stage", "image", "--count", "5")
-    assert proc.returncode == 0 and "text form" in proc.stderr
+    assert proc.returncode == 0 and "text form" in proc.stderr and len(proc.stdout.splitlines()) == 5
     assert all(solve(line.split("\t")[0]) == line.split("\t")[1] for line in proc.stdout.splitlines())
 
     from vlbind.encoders import EncoderSpec, extract
@@ -58,6 +58,7 @@ def test_image_stage_prints_its_text_form_without_a_bank_and_images_with_one(tmp
     proc = sample("--stage", "image", "--count", "5", "--task", "retrieval", "--bank", str(tmp_path / "bank"),
                   "--features", str(tmp_path / "f.npy"))
     assert proc.returncode == 0, proc.stderr
+    assert len(proc.stdout.splitlines()) == 5
     for line in proc.stdout.splitlines():
         prompt = line.split("\t")[0]
         n_images = prompt.count("<image ")
@@ -69,6 +70,7 @@ def test_image_stage_prints_its_text_form_without_a_bank_and_images_with_one(tmp
 def test_counterfactual_pairs_print_both_prompts_and_five_distinct_predictions():
     proc = sample("--stage", "text_s5", "--counterfactual", "--count", "20", "--seed", "3")
     assert proc.returncode == 0, proc.stderr
+    assert len(proc.stdout.splitlines()) == 20
     for line in proc.stdout.splitlines():
         original, counterfactual, *predicted = line.split("\t")
         assert len(predicted) == 5 and len(set(predicted)) == 5

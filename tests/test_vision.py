@@ -173,6 +173,7 @@ def test_image_prompt_answer_recomputed_from_object_table(layout, tmp_path):
         img, patch = b.image_ids[b.roles == Role.CONTEXT_IMAGE], b.patches[b.roles == Role.CONTEXT_IMAGE]
         slot = b.slots[b.roles == Role.CONTEXT_IMAGE]
         side, size = 2, 64
+        assert (slot >= 0).sum() >= 20  # patches that show an object: the loop below checks something
         for k in np.flatnonzero(slot >= 0)[:200]:
             r = bank.objects[(bank.objects.image == img[k]) & (bank.objects.object == slot[k])].iloc[0]
             cx, cy = (patch[k] % side + 0.5) * size / side, (patch[k] // side + 0.5) * size / side
