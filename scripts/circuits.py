@@ -1,8 +1,8 @@
-"""Snakemake adapter: the circuit label of every analysed run (interp.interchange.circuit_label)."""
+"""Snakemake adapter: the circuit label of every analysed run (interp.circuits.circuit_label)."""
 import pandas as pd
 
 from vlbind.files import atomic_write
-from vlbind.interp.interchange import circuit_label
+from vlbind.interp.circuits import circuit_label
 from vlbind.logs import setup_logging
 
 sm = snakemake  # noqa: F821 (injected by Snakemake)

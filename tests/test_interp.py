@@ -7,12 +7,11 @@ import torch
 from test_tasks import solve
 
 from vlbind.inference import model_inputs
+from vlbind.interp.circuits import circuit_label, first_spike
 from vlbind.interp.interchange import (
     LABELS,
     MECHANISMS,
     answer_residuals,
-    circuit_label,
-    first_spike,
     item_argmax,
     label_predictions,
     make_pairs,

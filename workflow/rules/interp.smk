@@ -29,7 +29,7 @@ rule circuits:
     input:
         interchange=interp_tables("interchange"),
         probes=interp_tables("probes"),
-        code="src/vlbind/interp/interchange.py",
+        code="src/vlbind/interp/circuits.py",
     output:
         csv=report(
             "results/tables/circuits.csv",
