@@ -1,10 +1,10 @@
 """Snakemake adapter: OOD averages per prompt order and variant (mean and SE over runs) as CSV."""
-from vlbind import figures
+from vlbind import tables
 from vlbind.files import atomic_write
 from vlbind.logs import setup_logging
 
 sm = snakemake  # noqa: F821
 log = setup_logging(sm.log[0])
-summary = figures.ood_table(figures.read_eval_tables(sm.input.tables))
+summary = tables.ood_table(tables.read_eval_tables(sm.input.tables))
 atomic_write(sm.output.csv, lambda tmp: summary.to_csv(tmp))
 log.info("\n%s", summary.to_string())

@@ -1,10 +1,10 @@
 """Snakemake adapter: steps, best validation accuracy, stop reason and wall time of every trained stage."""
-from vlbind import figures
+from vlbind import tables
 from vlbind.files import atomic_write
 from vlbind.logs import setup_logging
 
 sm = snakemake  # noqa: F821
 log = setup_logging(sm.log[0])
-table = figures.training_summary(sm.input.meta)
+table = tables.training_summary(sm.input.meta)
 atomic_write(sm.output.csv, lambda tmp: table.to_csv(tmp, index=False))
 log.info("\n%s", table.to_string())

@@ -86,7 +86,7 @@ def test_a_damaged_features_index_names_itself(bank_files, text):
 
 
 def test_a_damaged_meta_json_names_itself_in_the_training_table(tmp_path):
-    from vlbind.figures import training_summary
+    from vlbind.tables import training_summary
 
     (tmp_path / "meta.json").write_text('{"stage": "text_s1", "ste')
     with pytest.raises(CorruptFileError, match="meta.json is not a readable model meta.json"):

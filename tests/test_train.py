@@ -218,7 +218,8 @@ def test_two_order_evaluation_is_recomputed_prompt_by_prompt_from_the_text(tmp_p
 
 
 def test_ood_table_and_fig3_keep_the_orders_apart(tmp_path):
-    from vlbind.figures import fig3, fig8, ood_table
+    from vlbind.figures import fig3, fig8
+    from vlbind.tables import ood_table
 
     df = pd.concat([eval_table("text_only", "seed0", 0.99, 0.1).assign(order="fixed"),
                     eval_table("text_only", "seed0", 0.25, 0.05).assign(order="shuffled"),
@@ -235,8 +236,7 @@ def test_ood_table_and_fig3_keep_the_orders_apart(tmp_path):
 
 
 def test_run_summary_counts_runs_left_out():
-    from vlbind.figures import ood_table
-    from vlbind.outcomes import run_summary
+    from vlbind.tables import ood_table, run_summary
 
     df = pd.concat([eval_table("text_only", "seed0", 0.99, 0.2, min_in_distribution=0.95),
                     eval_table("text_only", "seed1", 0.99, 0.4, min_in_distribution=0.95),
@@ -293,7 +293,8 @@ def test_convergence_rule_marks_runs_below_the_bar_only_when_set():
 
 
 def test_runs_below_the_bar_or_diverged_are_left_out_of_means_and_counted(tmp_path):
-    from vlbind.figures import fig3, fig8, ood_summary
+    from vlbind.figures import fig3, fig8
+    from vlbind.tables import ood_summary
 
     df = pd.concat([eval_table("text_only", "seed0", 0.99, 0.4, min_in_distribution=0.95),
                     eval_table("text_only", "seed1", 0.97, 0.2, min_in_distribution=0.95),

@@ -281,8 +281,8 @@ def test_code_is_formatted_and_lint_free():
 
 
 def test_dag_building_and_figures_import_no_torch_and_no_consumer_imports_training():
-    code = ("import sys, vlbind.config, vlbind.figures, vlbind.qwen.figures, vlbind.outcomes, vlbind.interp; "
-            "assert 'torch' not in sys.modules, 'torch imported'")
+    code = ("import sys, vlbind.config, vlbind.figures, vlbind.qwen.figures, vlbind.outcomes, vlbind.tables, "
+            "vlbind.interp; assert 'torch' not in sys.modules, 'torch imported'")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     consumers = [ROOT / "src/vlbind/evaluate.py", *(ROOT / "src/vlbind/interp").glob("*.py")]

@@ -30,76 +30,9 @@ import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
 
 from .outcomes import ood_average  # noqa: E402
+from .tables import VARIANT_ORDER, by_order, converged, is_diverged, is_unconverged, ood_summary  # noqa: E402
 
-VARIANT_ORDER = ["text_only", "noise_text", "image_text", "noise_image_text"]
 VARIANT_COLORS = dict(zip(VARIANT_ORDER, sns.color_palette("tab10", 4)))
-
-
-def read_eval_tables(paths: list[str | Path]) -> pd.DataFrame:
-    """Concatenate evaluation tables; each must carry `variant` and `run` columns."""
-    frames = [pd.read_parquet(p) for p in paths]
-    if not frames:
-        raise ValueError("no evaluation tables given")
-    return pd.concat(frames, ignore_index=True)
-
-
-def by_order(df: pd.DataFrame) -> list[tuple[str, pd.DataFrame]]:
-    """(order, rows) per association-list order of evaluation tables, in the order evaluated (the first decides
-    convergence); a table without an `order` column holds shuffled lists."""
-    if "order" not in df:
-        return [("shuffled", df)]
-    return [(o, df[df["order"] == o]) for o in df["order"].unique()]
-
-
-def _diverged(df: pd.DataFrame) -> pd.Series:
-    return df["diverged"] if "diverged" in df else pd.Series(False, index=df.index)
-
-
-def _unconverged(df: pd.DataFrame) -> pd.Series:
-    return ~df["converged"] if "converged" in df else pd.Series(False, index=df.index)
-
-
-def converged(df: pd.DataFrame) -> pd.DataFrame:
-    """The rows of runs neither diverged nor below the convergence bar (a table without the verdict columns
-    counts as converged)."""
-    return df[~_diverged(df) & ~_unconverged(df)]
-
-
-def ood_table(df: pd.DataFrame) -> pd.DataFrame:
-    """ood_summary for each prompt order, one row per order and variant (ood_accuracy.csv)."""
-    return pd.concat([ood_summary(d).rename_axis("variant").reset_index().assign(order=o) for o, d in by_order(df)],
-                     ignore_index=True).set_index(["order", "variant"])
-
-
-def ood_summary(df: pd.DataFrame) -> pd.DataFrame:
-    """Per variant, over the rows of one prompt order: runs used, runs left out as diverged and as not converged,
-    mean and standard error of the per-run OOD averages of the runs used (NaN for a variant with none)."""
-    variants = df["variant"].unique()
-    diverged = df[_diverged(df)].groupby("variant")["run"].nunique().reindex(variants, fill_value=0)
-    unconverged = df[~_diverged(df) & _unconverged(df)].groupby("variant")["run"].nunique().reindex(variants,
-                                                                                                    fill_value=0)
-    used = converged(df)
-    per_run = (used.groupby(["variant", "run"]).apply(ood_average, include_groups=False).rename("ood").reset_index()
-               if len(used) else pd.DataFrame({"variant": [], "run": [], "ood": []}))
-    g = per_run.groupby("variant")["ood"]
-    out = pd.DataFrame({"runs": g.size(), "ood_mean": g.mean(), "ood_se": g.std(ddof=1) / np.sqrt(g.size())})
-    out = out.reindex(variants).fillna({"runs": 0}).astype({"runs": int})
-    out["diverged_runs"], out["unconverged_runs"] = diverged.astype(int), unconverged.astype(int)
-    return out.reindex([v for v in VARIANT_ORDER if v in out.index] + [v for v in out.index if v not in VARIANT_ORDER])
-
-
-def training_summary(meta_paths: list[str | Path]) -> pd.DataFrame:
-    """One row per trained stage: run, stage, steps, best step and validation accuracy, why it stopped, wall
-    time."""
-    from .files import read_json
-
-    rows = []
-    for p in meta_paths:
-        meta = read_json(p, "model meta.json")
-        rows.append({"run": Path(p).parent.parent.name, "stage": meta["stage"], "steps": meta["steps"],
-                     "best_step": meta["best_step"], "best_val_accuracy": meta["best_val_accuracy"],
-                     "stopped_because": meta["stopped_because"], "wall_minutes": meta["wall_seconds"] / 60})
-    return pd.DataFrame(rows)
 
 
 def _variants(df):
@@ -168,7 +101,7 @@ def fig8(df: pd.DataFrame, path: str | Path, note: str = "") -> None:
         _train_range(ax, df)
         d = rows_of_order[rows_of_order["variant"] == v]
         for run, r in d.groupby("run"):
-            why = "diverged" if _diverged(r).iloc[0] else "not converged" if _unconverged(r).iloc[0] else ""
+            why = "diverged" if is_diverged(r).iloc[0] else "not converged" if is_unconverged(r).iloc[0] else ""
             label = f"{run} (OOD {100 * ood_average(r):.1f}%{', ' + why if why else ''})"
             ax.plot(r["n_objects"], r["accuracy"], marker="o", ms=2, lw=1, ls="--" if why else "-", label=label)
         ax.set(title=v if len(rows) == 1 else f"{v}, {order}", xlabel="number of objects", ylim=(0, 1.02))

@@ -1,5 +1,6 @@
 """What a run's result tables say about it, for the tables and figures (no torch): whether it diverged in
 training or did not converge (then it is marked and left out of means, appendix D.8), and its mean OOD accuracy.
+Tables over many runs: vlbind.tables.
 """
 
 from __future__ import annotations
@@ -42,17 +43,3 @@ def ood_average(table: pd.DataFrame) -> float:
     """Mean accuracy over out-of-distribution lengths (each length weighted equally), for one run."""
     ood = table.loc[~table["in_distribution"], "accuracy"]
     return float(ood.mean()) if len(ood) else float("nan")
-
-
-def run_summary(ood_table: pd.DataFrame) -> str:
-    """What the DAG prints when it finishes, from ood_accuracy.csv (columns order, variant, runs, ood_mean,
-    ood_se, diverged_runs, unconverged_runs): per prompt order and variant, how many runs converged and the mean
-    ± SE of their OOD accuracy."""
-    lines = ["runs converged and OOD accuracy (results/tables/ood_accuracy.csv):"]
-    for r in ood_table.itertuples():
-        total = r.runs + r.diverged_runs + r.unconverged_runs
-        ood = f"OOD {100 * r.ood_mean:.1f} ± {100 * r.ood_se:.1f} %" if r.runs > 1 else (
-            f"OOD {100 * r.ood_mean:.1f} %" if r.runs else "no OOD mean")
-        lines.append(f"  {r.order:<9} {r.variant:<17} {r.runs} of {total} runs converged"
-                     f"{f' ({r.diverged_runs} diverged)' if r.diverged_runs else ''}, {ood}")
-    return "\n".join(lines)

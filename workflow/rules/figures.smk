@@ -49,7 +49,7 @@ rule fig8:
 rule training_table:
     input:
         meta=all_meta(),
-        code="src/vlbind/figures.py",
+        code="src/vlbind/tables.py",
     output:
         csv=report(
             "results/tables/training.csv",
@@ -69,7 +69,7 @@ rule training_table:
 rule ood_table:
     input:
         tables=eval_tables(),
-        code="src/vlbind/figures.py",
+        code="src/vlbind/tables.py",
     output:
         csv=report(
             "results/tables/ood_accuracy.csv",

@@ -1,0 +1,95 @@
+"""Result tables over many runs, for the table rules, the figures and the DAG's closing summary (no torch):
+evaluation tables read and split by prompt order, runs that count, OOD means per variant (ood_accuracy.csv),
+one row per trained stage (training.csv)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from .outcomes import ood_average
+
+VARIANT_ORDER = ["text_only", "noise_text", "image_text", "noise_image_text"]
+
+
+def read_eval_tables(paths: list[str | Path]) -> pd.DataFrame:
+    """Concatenate evaluation tables; each must carry `variant` and `run` columns."""
+    frames = [pd.read_parquet(p) for p in paths]
+    if not frames:
+        raise ValueError("no evaluation tables given")
+    return pd.concat(frames, ignore_index=True)
+
+
+def by_order(df: pd.DataFrame) -> list[tuple[str, pd.DataFrame]]:
+    """(order, rows) per association-list order of evaluation tables, in the order evaluated (the first decides
+    convergence); a table without an `order` column holds shuffled lists."""
+    if "order" not in df:
+        return [("shuffled", df)]
+    return [(o, df[df["order"] == o]) for o in df["order"].unique()]
+
+
+def is_diverged(df: pd.DataFrame) -> pd.Series:
+    return df["diverged"] if "diverged" in df else pd.Series(False, index=df.index)
+
+
+def is_unconverged(df: pd.DataFrame) -> pd.Series:
+    return ~df["converged"] if "converged" in df else pd.Series(False, index=df.index)
+
+
+def converged(df: pd.DataFrame) -> pd.DataFrame:
+    """The rows of runs neither diverged nor below the convergence bar (a table without the verdict columns
+    counts as converged)."""
+    return df[~is_diverged(df) & ~is_unconverged(df)]
+
+
+def ood_table(df: pd.DataFrame) -> pd.DataFrame:
+    """ood_summary for each prompt order, one row per order and variant (ood_accuracy.csv)."""
+    return pd.concat([ood_summary(d).rename_axis("variant").reset_index().assign(order=o) for o, d in by_order(df)],
+                     ignore_index=True).set_index(["order", "variant"])
+
+
+def ood_summary(df: pd.DataFrame) -> pd.DataFrame:
+    """Per variant, over the rows of one prompt order: runs used, runs left out as diverged and as not converged,
+    mean and standard error of the per-run OOD averages of the runs used (NaN for a variant with none)."""
+    variants = df["variant"].unique()
+    diverged = df[is_diverged(df)].groupby("variant")["run"].nunique().reindex(variants, fill_value=0)
+    unconverged = df[~is_diverged(df) & is_unconverged(df)].groupby("variant")["run"].nunique().reindex(variants,
+                                                                                                    fill_value=0)
+    used = converged(df)
+    per_run = (used.groupby(["variant", "run"]).apply(ood_average, include_groups=False).rename("ood").reset_index()
+               if len(used) else pd.DataFrame({"variant": [], "run": [], "ood": []}))
+    g = per_run.groupby("variant")["ood"]
+    out = pd.DataFrame({"runs": g.size(), "ood_mean": g.mean(), "ood_se": g.std(ddof=1) / np.sqrt(g.size())})
+    out = out.reindex(variants).fillna({"runs": 0}).astype({"runs": int})
+    out["diverged_runs"], out["unconverged_runs"] = diverged.astype(int), unconverged.astype(int)
+    return out.reindex([v for v in VARIANT_ORDER if v in out.index] + [v for v in out.index if v not in VARIANT_ORDER])
+
+
+def training_summary(meta_paths: list[str | Path]) -> pd.DataFrame:
+    """One row per trained stage: run, stage, steps, best step and validation accuracy, why it stopped, wall
+    time."""
+    from .files import read_json
+
+    rows = []
+    for p in meta_paths:
+        meta = read_json(p, "model meta.json")
+        rows.append({"run": Path(p).parent.parent.name, "stage": meta["stage"], "steps": meta["steps"],
+                     "best_step": meta["best_step"], "best_val_accuracy": meta["best_val_accuracy"],
+                     "stopped_because": meta["stopped_because"], "wall_minutes": meta["wall_seconds"] / 60})
+    return pd.DataFrame(rows)
+
+
+def run_summary(ood_table: pd.DataFrame) -> str:
+    """What the DAG prints when it finishes, from ood_accuracy.csv (columns order, variant, runs, ood_mean,
+    ood_se, diverged_runs, unconverged_runs): per prompt order and variant, how many runs converged and the mean
+    ± SE of their OOD accuracy."""
+    lines = ["runs converged and OOD accuracy (results/tables/ood_accuracy.csv):"]
+    for r in ood_table.itertuples():
+        total = r.runs + r.diverged_runs + r.unconverged_runs
+        ood = f"OOD {100 * r.ood_mean:.1f} ± {100 * r.ood_se:.1f} %" if r.runs > 1 else (
+            f"OOD {100 * r.ood_mean:.1f} %" if r.runs else "no OOD mean")
+        lines.append(f"  {r.order:<9} {r.variant:<17} {r.runs} of {total} runs converged"
+                     f"{f' ({r.diverged_runs} diverged)' if r.diverged_runs else ''}, {ood}")
+    return "\n".join(lines)
