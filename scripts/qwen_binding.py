@@ -4,7 +4,7 @@ import torch
 from vlbind.device import resolve_device
 from vlbind.files import atomic_write
 from vlbind.logs import setup_logging
-from vlbind.qwen import models
+from vlbind.qwen import jobs, models
 from vlbind.qwen.binding import interchange, make_pairs
 
 sm = snakemake  # noqa: F821 (injected by Snakemake)
@@ -12,11 +12,11 @@ log = setup_logging(sm.log[0])
 torch.set_num_threads(sm.threads)
 device = resolve_device(sm.params.device)
 spec = models.QwenModel.from_dict(sm.params.model)
-model, tok = models.for_job(spec, sm.params.tiny, sm.params.dtype, device)
+model, tok = jobs.for_job(spec, sm.params.tiny, sm.params.dtype, device)
 cfg = sm.params.binding
 table = interchange(model, tok, make_pairs(cfg["n_entries"], cfg["pairs"], cfg["seed"]), sm.params.system_prompt,
                     device=device)
 dropped = table.attrs["dropped"]
-table = models.with_model_columns(table, sm.wildcards.model, spec, sm.params.tiny, dropped=dropped)
+table = jobs.with_model_columns(table, sm.wildcards.model, spec, sm.params.tiny, dropped=dropped)
 atomic_write(sm.output.table, lambda tmp: table.to_parquet(tmp, index=False))
 log.info("wrote %s: %d pairs kept, %d dropped", sm.output.table, table["pair"].nunique(), dropped)

@@ -4,7 +4,7 @@ import torch
 from vlbind.device import resolve_device
 from vlbind.files import atomic_write
 from vlbind.logs import setup_logging
-from vlbind.qwen import models
+from vlbind.qwen import jobs, models
 from vlbind.qwen.probes import probe_table
 
 sm = snakemake  # noqa: F821 (injected by Snakemake)
@@ -12,8 +12,8 @@ log = setup_logging(sm.log[0])
 torch.set_num_threads(sm.threads)
 device = resolve_device(sm.params.device)
 spec = models.QwenModel.from_dict(sm.params.model)
-model, tok = models.for_job(spec, sm.params.tiny, sm.params.dtype, device)
+model, tok = jobs.for_job(spec, sm.params.tiny, sm.params.dtype, device)
 table = probe_table(model, tok, **sm.params.probes, system_prompt=sm.params.system_prompt, device=device)
-table = models.with_model_columns(table, sm.wildcards.model, spec, sm.params.tiny)
+table = jobs.with_model_columns(table, sm.wildcards.model, spec, sm.params.tiny)
 atomic_write(sm.output.table, lambda tmp: table.to_parquet(tmp, index=False))
 log.info("wrote %s", sm.output.table)

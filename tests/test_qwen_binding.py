@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from vlbind.qwen.binding import chat_ids, interchange, make_pairs, run_patched, summarize
-from vlbind.qwen.models import tiny, tiny_tokenizer
+from vlbind.qwen.tiny import tiny, tiny_tokenizer
 
 SYSTEM = "You are a helpful assistant."
 

@@ -6,8 +6,9 @@ import time
 import pytest
 import torch
 
-from vlbind.qwen.models import CLASSES, QwenModel, QwenWeightsError, decoder_layers, load, tiny
+from vlbind.qwen.models import CLASSES, QwenModel, QwenWeightsError, decoder_layers, load
 from vlbind.qwen.prompts import PromptConfig, messages, prompts
+from vlbind.qwen.tiny import tiny
 
 TYPES = sorted(CLASSES)
 

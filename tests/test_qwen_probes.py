@@ -5,8 +5,8 @@ import re
 
 import numpy as np
 
-from vlbind.qwen.models import tiny, tiny_tokenizer
 from vlbind.qwen.probes import ROLES, make_prompt, probe_table, token_positions
+from vlbind.qwen.tiny import tiny, tiny_tokenizer
 from vlbind.qwen.words import COLOR_WORDS, SHAPE_WORDS
 
 SYSTEM = "You are a helpful assistant."

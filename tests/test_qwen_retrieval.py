@@ -8,9 +8,9 @@ import pytest
 import torch
 from test_qwen_prompts import parse
 
-from vlbind.qwen.models import tiny, tiny_tokenizer
 from vlbind.qwen.prompts import PromptConfig, prompts
 from vlbind.qwen.retrieval import evaluate
+from vlbind.qwen.tiny import tiny, tiny_tokenizer
 from vlbind.qwen.words import CITIES
 
 CFG = PromptConfig(context_lengths=(2, 5), contexts_per_length=2)
