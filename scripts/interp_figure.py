@@ -7,5 +7,5 @@ from vlbind.logs import setup_logging
 sm = snakemake  # noqa: F821 (injected by Snakemake)
 log = setup_logging(sm.log[0])
 df = pd.concat([pd.read_parquet(p) for p in sm.input.tables], ignore_index=True)
-getattr(figures, sm.wildcards.fig)(df, sm.output.pdf, note=sm.params.note, circuits=pd.read_csv(sm.input.circuits))
+figures.FIGURES[sm.wildcards.fig](df, sm.output.pdf, note=sm.params.note, circuits=pd.read_csv(sm.input.circuits))
 log.info("wrote %s from %d tables", sm.output.pdf, len(sm.input.tables))

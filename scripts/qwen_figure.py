@@ -7,5 +7,5 @@ from vlbind.qwen import figures
 sm = snakemake  # noqa: F821 (injected by Snakemake)
 log = setup_logging(sm.log[0])
 df = pd.concat([pd.read_parquet(p) for p in sm.input.tables], ignore_index=True)
-getattr(figures, sm.rule)(df, sm.output.pdf, note=sm.params.note)
+figures.FIGURES[sm.rule](df, sm.output.pdf, note=sm.params.note)
 log.info("wrote %s from %d tables", sm.output.pdf, len(sm.input.tables))

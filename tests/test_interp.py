@@ -330,3 +330,19 @@ def test_every_analysis_runs_on_the_order_it_is_given(model, analysis, monkeypat
     seen.clear()
     analyze(analysis, model, settings, order="shuffled")
     assert seen and all(seen)
+
+
+def test_the_registry_names_each_analysis_module_and_figures_that_exist():
+    import importlib
+
+    from vlbind import figures
+    from vlbind.interp import ANALYSES
+
+    for analysis, figs in ANALYSES.items():
+        assert callable(importlib.import_module(f"vlbind.interp.{analysis}").run)
+        assert figs and all(f in figures.FIGURES for f in figs)
+    drawn = {f for figs in ANALYSES.values() for f in figs}
+    assert set(figures.FIGURES) - drawn == {"fig3", "fig8"}  # drawn from the evaluation tables
+    with pytest.raises(ValueError, match="valid"):
+        from vlbind.interp import analyze
+        analyze("patching", None, {})

@@ -298,3 +298,7 @@ def _save(fig, path) -> None:
     fig.savefig(tmp)
     tmp.replace(path)
     plt.close(fig)
+
+
+# The figures a rule draws by name from tidy tables (fig7 draws from the image bank: rule fig7).
+FIGURES = {f.__name__: f for f in (fig3, fig8, fig4, fig9, fig10, fig11, fig12, fig13, fig_layer_relevance)}

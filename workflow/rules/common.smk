@@ -77,15 +77,7 @@ def all_meta():
 
 ANALYSES = list(vlbind.interp.ANALYSES)
 # figure -> the analysis whose tables it draws (names of the paper's figures; layer relevance is ours)
-INTERP_FIGURES = {
-    "fig4": "interchange",
-    "fig9": "interchange",
-    "fig10": "knockout",
-    "fig11": "probes",
-    "fig12": "probes",
-    "fig13": "knockout",
-    "fig_layer_relevance": "layer_relevance",
-}
+INTERP_FIGURES = {fig: analysis for analysis, figs in vlbind.interp.ANALYSES.items() for fig in figs}
 
 
 def interp_tables(analysis):

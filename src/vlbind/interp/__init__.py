@@ -3,7 +3,12 @@ attention knockouts, linear probes and layer relevance. All run on text prompts,
 
 from __future__ import annotations
 
-ANALYSES = ("interchange", "knockout", "probes", "layer_relevance")
+import importlib
+
+# The registry: analysis name (= its module, whose `run(model, settings, device, order)` returns (table, summary))
+# -> the figures drawn from its tables (vlbind.figures). Config key interp.<name> holds its settings.
+ANALYSES = {"interchange": ("fig4", "fig9"), "knockout": ("fig10", "fig13"), "probes": ("fig11", "fig12"),
+            "layer_relevance": ("fig_layer_relevance",)}
 
 
 def analyze(analysis: str, model, settings: dict, device="cpu", order: str = "shuffled"):
@@ -13,20 +18,9 @@ def analyze(analysis: str, model, settings: dict, device="cpu", order: str = "sh
     Returns (table, summary): a tidy DataFrame, one row per measurement, and a dict of run-level numbers that
     are also stored as table columns (interchange: pairs generated and kept; layer relevance: the Spearman
     correlation of cosine and skip drop; empty for the others)."""
-    from . import interchange, knockout, layer_relevance, probes
-
-    if analysis == "interchange":
-        table, info = interchange.sweep(model, settings["pairs"], settings["seed"], device=device, order=order)
-        summary = {"pairs_generated": info["generated"], "pairs_kept": info["kept"]}
-    elif analysis == "knockout":
-        table, summary = knockout.knockout_table(model, settings["prompts"], settings["seed"], device, order), {}
-    elif analysis == "probes":
-        table, summary = probes.probe_table(model, probes.ProbeConfig(**settings), device, order), {}
-    elif analysis == "layer_relevance":
-        table, rho = layer_relevance.layer_relevance_table(model, settings["prompts"], settings["seed"], device, order)
-        summary = {"spearman_cosine_drop": rho}
-    else:
-        raise ValueError(f"unknown analysis {analysis!r}; valid: {ANALYSES}")
+    if analysis not in ANALYSES:
+        raise ValueError(f"unknown analysis {analysis!r}; valid: {list(ANALYSES)}")
+    table, summary = importlib.import_module(f"{__name__}.{analysis}").run(model, settings, device, order)
     for k, v in summary.items():
         table[k] = v
     return table, summary

@@ -161,3 +161,9 @@ def sweep(model: Transformer, n_pairs: int, seed: int, batch_size: int = 128, de
              "fraction": counts[i, j] / max(kept, 1)}
             for i, layer in enumerate(layers) for j, label in enumerate(LABELS)]
     return pd.DataFrame(rows), {"generated": generated, "kept": kept, "dropped": generated - kept}
+
+
+def run(model: Transformer, settings: dict, device="cpu", order: str = "shuffled") -> tuple[pd.DataFrame, dict]:
+    """The analysis as the DAG runs it (interp.analyze): settings = config key interp.interchange."""
+    table, info = sweep(model, settings["pairs"], settings["seed"], device=device, order=order)
+    return table, {"pairs_generated": info["generated"], "pairs_kept": info["kept"]}

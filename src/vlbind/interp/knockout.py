@@ -71,3 +71,8 @@ def knockout_table(model: Transformer, n_prompts: int, seed: int, device="cpu",
         rows.append({"kind": kind, "source": source, "target": target, "accuracy": acc, "baseline": baseline,
                      "drop": baseline - acc})
     return pd.DataFrame(rows)
+
+
+def run(model: Transformer, settings: dict, device="cpu", order: str = "shuffled") -> tuple[pd.DataFrame, dict]:
+    """The analysis as the DAG runs it (interp.analyze): settings = config key interp.knockout."""
+    return knockout_table(model, settings["prompts"], settings["seed"], device, order), {}

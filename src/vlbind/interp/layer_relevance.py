@@ -61,3 +61,9 @@ def spearman(a: pd.Series, b: pd.Series) -> float:
     if a.nunique() < 2 or b.nunique() < 2:
         return float("nan")
     return float(a.rank().corr(b.rank()))
+
+
+def run(model: Transformer, settings: dict, device="cpu", order: str = "shuffled") -> tuple[pd.DataFrame, dict]:
+    """The analysis as the DAG runs it (interp.analyze): settings = config key interp.layer_relevance."""
+    table, rho = layer_relevance_table(model, settings["prompts"], settings["seed"], device, order)
+    return table, {"spearman_cosine_drop": rho}

@@ -93,3 +93,8 @@ def probe_table(model: Transformer, cfg: ProbeConfig = ProbeConfig(), device="cp
             rows += [{"role": role, "attribute": attribute, "layer": layer, "accuracy": float(a), "chance": chance}
                      for layer, a in enumerate(acc)]
     return pd.DataFrame(rows)
+
+
+def run(model: Transformer, settings: dict, device="cpu", order: str = "shuffled") -> tuple[pd.DataFrame, dict]:
+    """The analysis as the DAG runs it (interp.analyze): settings = config key interp.probes (ProbeConfig)."""
+    return probe_table(model, ProbeConfig(**settings), device, order), {}

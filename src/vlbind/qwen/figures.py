@@ -87,3 +87,7 @@ def fig14(df: pd.DataFrame, path: str | Path, note: str = "") -> None:
 def fig15(df: pd.DataFrame, path: str | Path, note: str = "") -> None:
     _probe_figure(df, path, "association shape", "Color decodability at the association shape token (appendix H)",
                   note)
+
+
+# The figures the Qwen rules draw by name.
+FIGURES = {f.__name__: f for f in (fig2, fig6, fig14, fig15)}
