@@ -4,7 +4,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
-from test_tasks import solve
+from test_tasks import keys_in_context_order, solve
 
 from vlbind.inference import model_inputs
 from vlbind.interp.circuits import circuit_label, first_spike
@@ -289,12 +289,6 @@ def test_spearman():
 
 
 # --- prompt order -----------------------------------------------------------------------------------------
-
-def keys_in_context_order(text: str) -> bool:
-    context, rest = text.split(" [CONTEXTEND] ")
-    listing = rest.split(" [QUESTION] ")[0]
-    return [e.split()[0] for e in listing.split(" [SEP] ")] == context.split()[1::2]
-
 
 @pytest.mark.parametrize("order", ["fixed", "shuffled"])
 def test_analysis_prompts_and_interchange_pairs_follow_the_order(order):

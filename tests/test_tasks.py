@@ -41,6 +41,14 @@ def solve(text: str) -> str:
     return assoc[entity]
 
 
+def keys_in_context_order(text: str) -> bool:
+    """Whether a retrieval prompt's association keys follow its context's order (a fixed-order list), from its
+    text alone (query by color)."""
+    context, rest = text.split(" [CONTEXTEND] ")
+    listing = rest.split(" [QUESTION] ")[0]
+    return [e.split()[0] for e in listing.split(" [SEP] ")] == context.split()[1::2]
+
+
 @pytest.mark.parametrize("stage", list(CURRICULUM))
 @pytest.mark.parametrize("materialize", [False, True])
 def test_every_answer_recomputed_from_text(stage, materialize):

@@ -6,6 +6,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
+from test_tasks import keys_in_context_order, solve
 
 from vlbind.checkpoint import load_model
 from vlbind.evaluate import EVAL_SPEC, EvalConfig, evaluate
@@ -178,16 +179,6 @@ def test_evaluation_matches_naive_loop_and_never_mutates(tmp_path):
     assert ood_average(table) == pytest.approx(table[table.n_objects > 8].accuracy.mean())
 
 
-def read_prompt(text: str) -> tuple[str, bool]:
-    """(answer word, association keys in context order?) parsed from a retrieval prompt's text alone."""
-    context, rest = text.split(" [CONTEXTEND] ")
-    listing, query = rest.removesuffix(" [ANSWER]").split(" [QUESTION] ")
-    words = context.split()
-    shape_of = dict(zip(words[0::2], words[1::2]))
-    entries = [e.split() for e in listing.split(" [SEP] ")]
-    return dict(entries)[shape_of[query]], [k for k, _ in entries] == words[1::2]
-
-
 def test_two_order_evaluation_is_recomputed_prompt_by_prompt_from_the_text(tmp_path):
     m = fresh()
     train_stage(m, StageSpec(216, 216, 32, 2, 4, shuffle=False), CFG, tmp_path, stage="text_s5")
@@ -203,8 +194,9 @@ def test_two_order_evaluation_is_recomputed_prompt_by_prompt_from_the_text(tmp_p
             for size in (5, 5, 2):
                 b = generate(spec, size, rng, n_pairs=n, task=RETRIEVAL, query_by=BY_COLOR, noise=False)
                 for i in range(size):
-                    answer, ordered = read_prompt(prompt_text(b, i))
-                    in_order.append(ordered)
+                    text = prompt_text(b, i)
+                    answer = solve(text)
+                    in_order.append(keys_in_context_order(text))
                     with torch.no_grad():
                         logits = m(torch.from_numpy(b.tokens[i : i + 1, : b.answer_pos[i] + 1]))[0, -1]
                     hits += VOCAB.tokens[int(logits.argmax())] == answer

@@ -10,9 +10,8 @@ from pathlib import Path
 
 import yaml
 
-from .settings import ConfigError
+from .settings import ConfigError  # defined on the bottom floor so every module can raise it
 
-__all__ = ["ConfigError"]  # raised here, defined on the bottom floor (settings) so every module can raise it
 SCHEMA_PATH = Path(__file__).with_name("config.schema.yaml")
 
 # The training DAG (paper, appendix D.3-D.7): each stage starts from its parent's checkpoint.
