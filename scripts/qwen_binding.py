@@ -1,11 +1,14 @@
 """Snakemake adapter: interchange interventions on the boxes task for one pretrained Qwen model (Table 1)."""
+import dataclasses
+
 import torch
 
 from vlbind.device import resolve_device
 from vlbind.files import atomic_write
 from vlbind.logs import setup_logging
 from vlbind.qwen import jobs, models
-from vlbind.qwen.binding import interchange, make_pairs
+from vlbind.qwen.binding import BindingConfig, interchange, make_pairs
+from vlbind.qwen.prompts import Chat
 
 sm = snakemake  # noqa: F821 (injected by Snakemake)
 log = setup_logging(sm.log[0])
@@ -13,10 +16,12 @@ torch.set_num_threads(sm.threads)
 device = resolve_device(sm.params.device)
 spec = models.QwenModel.from_dict(sm.params.model)
 model, tok = jobs.for_job(spec, sm.params.tiny, sm.params.dtype, device)
-cfg = sm.params.binding
-table = interchange(model, tok, make_pairs(cfg["n_entries"], cfg["pairs"], cfg["seed"]), sm.params.system_prompt,
-                    device=device)
+cfg, chat = BindingConfig.from_dict(sm.params.binding), Chat.from_dict(sm.params.chat)
+if not cfg.system_turn:
+    chat = dataclasses.replace(chat, system_prompt=None)
+table = interchange(model, tok, make_pairs(cfg.n_entries, cfg.pairs, cfg.seed), chat,
+                    filter_correct=cfg.filter_correct, layers_per_batch=cfg.layers_per_batch, device=device)
 dropped = table.attrs["dropped"]
 table = jobs.with_model_columns(table, sm.wildcards.model, spec, sm.params.tiny, dropped=dropped)
 atomic_write(sm.output.table, lambda tmp: table.to_parquet(tmp, index=False))
-log.info("wrote %s: %d pairs kept, %d dropped", sm.output.table, table["pair"].nunique(), dropped)
+log.info("wrote %s: %d pairs, %d dropped", sm.output.table, table["pair"].nunique(), dropped)

@@ -5,7 +5,8 @@ from vlbind.device import resolve_device
 from vlbind.files import atomic_write
 from vlbind.logs import setup_logging
 from vlbind.qwen import jobs, models
-from vlbind.qwen.probes import probe_table
+from vlbind.qwen.probes import QwenProbeConfig, probe_table
+from vlbind.qwen.prompts import Chat
 
 sm = snakemake  # noqa: F821 (injected by Snakemake)
 log = setup_logging(sm.log[0])
@@ -13,7 +14,7 @@ torch.set_num_threads(sm.threads)
 device = resolve_device(sm.params.device)
 spec = models.QwenModel.from_dict(sm.params.model)
 model, tok = jobs.for_job(spec, sm.params.tiny, sm.params.dtype, device)
-table = probe_table(model, tok, **sm.params.probes, system_prompt=sm.params.system_prompt, device=device)
+table = probe_table(model, tok, QwenProbeConfig.from_dict(sm.params.probes), Chat.from_dict(sm.params.chat), device)
 table = jobs.with_model_columns(table, sm.wildcards.model, spec, sm.params.tiny)
 atomic_write(sm.output.table, lambda tmp: table.to_parquet(tmp, index=False))
 log.info("wrote %s", sm.output.table)

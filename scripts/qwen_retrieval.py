@@ -5,7 +5,7 @@ from vlbind.device import resolve_device
 from vlbind.files import atomic_write
 from vlbind.logs import setup_logging
 from vlbind.qwen import jobs, models
-from vlbind.qwen.prompts import PromptConfig, prompts
+from vlbind.qwen.prompts import Chat, PromptConfig, prompts
 from vlbind.qwen.retrieval import evaluate
 
 sm = snakemake  # noqa: F821 (injected by Snakemake)
@@ -15,9 +15,9 @@ device = resolve_device(sm.params.device)
 spec = models.QwenModel.from_dict(sm.params.model)
 model, tok = jobs.for_job(spec, sm.params.tiny, sm.params.dtype, device)
 cfg, gen = PromptConfig.from_dict(sm.params.prompts), sm.params.generation
-table = evaluate(model, tok, prompts(cfg, sm.wildcards.task), system_prompt=cfg.system_prompt,
-                 max_new_tokens=gen["max_new_tokens"], greedy=gen["greedy"], thinking=gen["thinking"],
-                 seed=gen["seed"], batch_size=gen["batch_size"], device=device)
+table = evaluate(model, tok, prompts(cfg, sm.wildcards.task), chat=Chat.from_dict(sm.params.chat),
+                 max_new_tokens=gen["max_new_tokens"], greedy=gen["greedy"], seed=gen["seed"],
+                 batch_size=gen["batch_size"], device=device)
 table = jobs.with_model_columns(table, sm.wildcards.model, spec, sm.params.tiny)
 atomic_write(sm.output.table, lambda tmp: table.to_parquet(tmp, index=False))
 log.info("wrote %s: accuracy %.3f over %d prompts", sm.output.table, table["correct"].mean(), len(table))

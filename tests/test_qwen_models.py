@@ -7,17 +7,19 @@ import pytest
 import torch
 
 from vlbind.qwen.models import CLASSES, QwenModel, QwenWeightsError, decoder_layers, load
-from vlbind.qwen.prompts import PromptConfig, messages, prompts
+from vlbind.qwen.binding import make_pairs
+from vlbind.qwen.probes import make_prompt
+from vlbind.qwen.prompts import Chat, PromptConfig, prompts
 from vlbind.qwen.tiny import tiny
 
 TYPES = sorted(CLASSES)
 
 
 def chat_ids(tok, task="indirect"):
-    p = prompts(PromptConfig(context_lengths=(4,), contexts_per_length=1), task)[0]
-    out = tok.apply_chat_template(messages(p.text, "You are a helpful assistant."), add_generation_prompt=True,
-                                  return_tensors="pt", return_dict=True)
-    return out["input_ids"]
+    texts = {"binding": make_pairs(6, 1, seed=0)[0].original,
+             "probes": make_prompt(__import__("numpy").random.default_rng(0), 4).text}
+    text = texts.get(task) or prompts(PromptConfig(context_lengths=(4,), contexts_per_length=1), task)[0].text
+    return tok(Chat().render(tok, text), return_tensors="pt", add_special_tokens=False)["input_ids"]
 
 
 @pytest.mark.parametrize("model_type", TYPES)
@@ -57,8 +59,8 @@ def test_tiny_models_are_seeded_and_the_tokenizer_knows_every_prompt_word():
     a, tok = tiny("qwen2_vl", seed=3)
     b, _ = tiny("qwen2_vl", seed=3)
     assert all(torch.equal(x, y) for x, y in zip(a.state_dict().values(), b.state_dict().values()))
-    for task in ("direct", "indirect"):
-        assert not (chat_ids(tok, task) == tok.unk_token_id).any()
+    for task in ("direct", "indirect", "binding", "probes"):
+        assert not (chat_ids(tok, task) == tok.unk_token_id).any(), task
     text = tok.apply_chat_template([{"role": "user", "content": "Hi"}], add_generation_prompt=True, tokenize=False)
     assert text == "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n"
 

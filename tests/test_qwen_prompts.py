@@ -6,7 +6,7 @@ from collections import Counter
 
 import pytest
 
-from vlbind.qwen.prompts import PromptConfig, RetrievalPrompt, is_correct, messages, prompts
+from vlbind.qwen.prompts import Chat, PromptConfig, RetrievalPrompt, is_correct, prompts
 from vlbind.qwen.words import CITIES, FOODS, NAMES
 
 CFG = PromptConfig(context_lengths=(3, 12), contexts_per_length=4)
@@ -73,10 +73,23 @@ def test_scoring_finds_the_city_as_a_word_outside_think_blocks():
     assert not is_correct("<think>Mumbai, or maybe", "Mumbai")  # thinking never ended: no answer given
 
 
-def test_messages_carry_the_default_system_prompt():
+def test_messages_carry_the_default_system_prompt_or_none():
     p = RetrievalPrompt("direct", 1, 0, 0, "Context: A lives in B. Question: In what city does A live?", "B")
-    assert messages(p.text, CFG.system_prompt) == [{"role": "system", "content": "You are a helpful assistant."},
-                                              {"role": "user", "content": p.text}]
+    assert Chat().messages(p.text) == [{"role": "system", "content": "You are a helpful assistant."},
+                                       {"role": "user", "content": p.text}]
+    assert Chat(system_prompt=None).messages(p.text) == [{"role": "user", "content": p.text}]
+
+
+def test_the_indirect_parts_list_people_in_independent_orders():
+    def people(text, pattern):
+        return re.findall(pattern, text.split("Question:")[0])
+
+    def same_order(cfg):
+        ps = [p for p in prompts(cfg, "indirect") if p.query_position == 0]
+        return [people(p.text, r"is liked by (\w+)\.") == people(p.text, r"(\w+) lives in") for p in ps]
+
+    assert all(same_order(PromptConfig(context_lengths=(8,), contexts_per_length=10, shuffle_people=False)))
+    assert sum(same_order(PromptConfig(context_lengths=(8,), contexts_per_length=10))) <= 1
 
 
 def test_bad_prompt_config_names_the_key():

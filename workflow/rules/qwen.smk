@@ -21,6 +21,7 @@ rule qwen_retrieval:
     params:
         model=lambda wc: vlconfig.canonical(QWEN["models"][wc.model]),
         prompts=vlconfig.canonical(QWEN["prompts"]),
+        chat=vlconfig.canonical(QWEN["chat"]),
         generation=vlconfig.canonical(QWEN["generation"]),
         tiny=QWEN["tiny"],
         dtype=QWEN["dtype"],
@@ -77,7 +78,7 @@ rule qwen_binding:
     params:
         model=lambda wc: vlconfig.canonical(QWEN["models"][wc.model]),
         binding=vlconfig.canonical(QWEN["binding"]),
-        system_prompt=QWEN["prompts"]["system_prompt"],
+        chat=vlconfig.canonical(QWEN["chat"]),
         tiny=QWEN["tiny"],
         dtype=QWEN["dtype"],
         device=config["device"],
@@ -88,6 +89,7 @@ rule qwen_binding:
 rule table1:
     input:
         tables=expand("results/qwen/binding/{model}.parquet", model=QWEN["models"]),
+        code="src/vlbind/qwen/binding.py",
     output:
         csv=report(
             "results/tables/table1.csv",
@@ -98,6 +100,8 @@ rule table1:
         "results/logs/figures/table1.log",
     conda:
         "../envs/vlbind.yaml"
+    params:
+        binding=vlconfig.canonical(QWEN["binding"]),
     script:
         "../../scripts/qwen_table1.py"
 
@@ -119,7 +123,7 @@ rule qwen_probes:
     params:
         model=lambda wc: vlconfig.canonical(QWEN["models"][wc.model]),
         probes=vlconfig.canonical(QWEN["probes"]),
-        system_prompt=QWEN["prompts"]["system_prompt"],
+        chat=vlconfig.canonical(QWEN["chat"]),
         tiny=QWEN["tiny"],
         dtype=QWEN["dtype"],
         device=config["device"],

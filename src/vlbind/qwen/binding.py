@@ -1,38 +1,87 @@
-"""Binding mechanisms of pretrained models by interchange interventions (paper, section 6.3, Table 1), on
-Gur-Arieh et al.'s boxes task.
+"""Binding mechanisms of pretrained models by interchange interventions (paper, section 5.6, Table 1), on
+Gur-Arieh et al.'s boxes task as their code runs it (github.com/yoavgur/mixing-mechs: grammar/schemas.py
+SCHEMA_BOXES, training.py ppkn_simpler_counterfactual_template_split_key_loc, tasks/dist.py get_dist).
 
-    original:        the cup is in Box A, the key is in Box F, ... and the ring is in Box C. Which box is the key in?
-    counterfactual:  the original with the payloads (letters) at entries c and s swapped and the keys (objects) at
-                     entries c and w swapped, queried for the key now at c.
+    original:  The cup is in Box F, the key is in Box A, and the ring is in Box C. Respond in one word, only
+               the answer and nothing else: Which box is the key in? Box Answer:
+    counterfactual: the original with the letters at entries c and s swapped, then the objects at entries c
+               and w swapped, queried for the object now at c (the original's object w).
 
-Patching the counterfactual's last-token residual stream entering decoder layer L into the original run (a
-forward pre-hook) makes the model answer, if it binds
-    positionally: the original letter at c;   symbolically ("lexical"): the original letter of key w;
-    reflexively: the original letter at s;    no effect: the original answer (entry q);
-anything else is "mixed". q, c, w and s are distinct, so the four predictions are too. The prediction is the
-argmax of the last-token logits over the prompt's letters; the assistant turn starts with "Box", so the next
-token is the letter. Pairs the model answers wrongly unpatched are dropped and counted.
+q (the original's query) and c differ; s and w are each drawn from the other entries, independently, so
+s = w can happen (as in their sampler). The prompt is the user's turn of the chat template; the residual
+stream of the template's last token entering decoder layer L is replaced by the counterfactual's, and the
+answer is the argmax of the last-token logits over the prompt's letters (" A", " F", ...). The answer is
+    positional: the original letter at c;   symbolic ("lexical"): the original letter of object w;
+    reflexive: the original letter at s;    no effect: the original answer (entry q);
+checked in that order (their checker's order: with s = w the answer counts as symbolic), else "mixed".
+Every pair is kept (their default, no filtering) unless `filter_correct`. The chat has no system turn unless
+`system_turn` (their format_prompt sends the user's turn only); Qwen3's thinking setting is qwen.chat's.
 
-Peak layer: the layer with the largest share of changed answers (the earliest on a tie). Ratio: share symbolic /
-share positional at the peak layer (inf where nothing is positional). We do not fit the minimal model of
-Gur-Arieh et al. (their signal ratio): neither paper states it, and their fitting code is not ported here;
-table1.csv states which ratio it shows.
+The layer sweep is batched: the prompt's prefix (all but the last token) is run once and its key/value cache
+shared by one batch of last-token runs, the unpatched one and one per patched layer; patching the last token
+cannot change the prefix, so this equals a full forward per layer (tested).
+
+Summaries of the rows of one model (`summarize`), with `effect(L)` = share positional + share symbolic at L:
+- peak layer: the first spike of `effect` (paper, appendix F: a reflexive share is a read-out of an answer
+  already stored, and "the critical indicator of the binding mechanism is the first spike in causal effect"):
+  the first layer where effect >= spike_fraction * its maximum over layers, followed up while effect keeps
+  rising (a spike's top). No spike when the maximum is below min_effect. The reflexive share stays a column.
+- share ratio: share symbolic / share positional at the peak layer (inf where nothing is positional).
+- fitted ratio (Gur-Arieh et al.'s causal_model.py MinimalModel, fitted here to the peak layer's pairs): the
+  patched distribution over the n entries is modelled as softmax over entries a of
+      w_pos * exp(-(a - c)^2 / (2 sigma(c)^2)) + gate_k[w] * 1{a = w} + gate_i[s] * 1{a = s},
+  sigma a quadratic in c / n, gate_k and gate_i one value per entry index, fitted by Adam on the
+  Jensen-Shannon divergence (their loss, learning rates, 70/15/15 split and early stopping). Positional
+  signal = w_pos, symbolic signal = the mean of gate_k[w] over the pairs, fitted ratio = their quotient.
+  Their code fits the model but prints no ratio and neither paper defines one: this quotient is our reading.
 """
 
 from __future__ import annotations
 
+import inspect
+import logging
+import time
 from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
 import torch
 
+from ..settings import from_dict
 from .models import decoder_layers
-from .prompts import chat_text
+from .prompts import Chat
 from .words import BOX_OBJECTS
+
+log = logging.getLogger(__name__)
 
 LETTERS = tuple(chr(c) for c in range(ord("A"), ord("Z") + 1))
 LABELS = ("positional", "symbolic", "reflexive", "no_effect", "mixed")
+QUESTION = "Respond in one word, only the answer and nothing else: Which box is the {} in? Box"  # their SCHEMA_BOXES
+
+
+@dataclass(frozen=True)
+class BindingConfig:
+    n_entries: int = 20  # [Gur-Arieh et al.] num_instances in example.ipynb and tasks/dist.py
+    pairs: int = 1000  # [Gur-Arieh et al.] tasks/dist.py's num_samples (example.ipynb: 3000)
+    filter_correct: bool = False  # [Gur-Arieh et al.] do_filter=False: pairs answered wrongly unpatched are kept
+    system_turn: bool = False  # [Gur-Arieh et al.] format_prompt sends the user's turn only (a template may add
+    # its default system prompt: Qwen2's and Qwen2.5's do); true: qwen.chat.system_prompt as in retrieval
+    spike_fraction: float = 0.5  # [assumption] first spike: effect >= this fraction of its maximum
+    min_effect: float = 0.1  # [assumption] no spike when positional + symbolic never reach this share
+    layers_per_batch: int = 64  # patched last-token runs per forward (lower it if memory is short)
+    seed: int = 21
+
+    def __post_init__(self) -> None:
+        if not 3 <= self.n_entries <= min(len(BOX_OBJECTS), len(LETTERS)):
+            raise ValueError(f"qwen.binding.n_entries={self.n_entries}: needs 3 (q, c and one more entry) to "
+                             f"{min(len(BOX_OBJECTS), len(LETTERS))} (the objects in vlbind/qwen/words.py)")
+        if not 0 < self.spike_fraction <= 1 or not 0 <= self.min_effect <= 1:
+            raise ValueError(f"qwen.binding.spike_fraction={self.spike_fraction} must lie in (0, 1] and "
+                             f"min_effect={self.min_effect} in [0, 1]")
+
+    @classmethod
+    def from_dict(cls, d: dict) -> BindingConfig:
+        return from_dict(cls, d)
 
 
 @dataclass(frozen=True)
@@ -40,31 +89,40 @@ class BoxesPair:
     original: str
     counterfactual: str
     letters: tuple[str, ...]  # the original's letters, entry order
+    entries: dict  # q, c, s, w: entry indices
     predictions: dict  # label -> letter, for positional, symbolic, reflexive, no_effect
 
 
+def listed(clauses: list[str]) -> str:
+    """Their _format_list: "a", "a and b", "a, b, and c"."""
+    if len(clauses) < 3:
+        return " and ".join(clauses)
+    return ", ".join(clauses[:-1]) + f", and {clauses[-1]}"
+
+
 def boxes_text(objects, letters, query: str) -> str:
-    clauses = [f"the {o} is in Box {b}" for o, b in zip(objects, letters)]
-    listed = clauses[0] if len(clauses) == 1 else ", ".join(clauses[:-1]) + " and " + clauses[-1]
-    return f"{listed[0].upper()}{listed[1:]}. Which box is the {query} in?"
+    """Their raw_input: the capitalised context, the question, " Answer:"."""
+    context = listed([f"the {o} is in Box {b}" for o, b in zip(objects, letters)])
+    return f"{context[0].upper()}{context[1:]}. {QUESTION.format(query)} Answer:"
 
 
 def make_pairs(n_entries: int, count: int, seed: int) -> list[BoxesPair]:
-    """`count` pairs of `n_entries` (>= 4) boxes each, drawn from `seed`."""
-    if not 4 <= n_entries <= len(BOX_OBJECTS):
-        raise ValueError(f"n_entries={n_entries}: needs 4 distinct entries q, c, w, s and at most {len(BOX_OBJECTS)}")
+    """`count` pairs of `n_entries` boxes, drawn from `seed` as their split_key_loc template draws them."""
     rng, out = np.random.default_rng(seed), []
     for _ in range(count):
         objects = [BOX_OBJECTS[i] for i in rng.permutation(len(BOX_OBJECTS))[:n_entries]]
         letters = [LETTERS[i] for i in rng.permutation(len(LETTERS))[:n_entries]]
-        q, c, w, s = (int(i) for i in rng.permutation(n_entries)[:4])
-        cf_objects, cf_letters = list(objects), list(letters)
+        q = int(rng.integers(n_entries))
+        c = int(rng.choice([i for i in range(n_entries) if i != q]))
+        s = int(rng.choice([i for i in range(n_entries) if i not in (q, c)]))
+        w = int(rng.choice([i for i in range(n_entries) if i not in (q, c)]))
+        cf_letters, cf_objects = list(letters), list(objects)
         cf_letters[c], cf_letters[s] = letters[s], letters[c]
         cf_objects[c], cf_objects[w] = objects[w], objects[c]
         predictions = {"positional": letters[c], "symbolic": letters[w], "reflexive": letters[s],
                        "no_effect": letters[q]}
-        out.append(BoxesPair(boxes_text(objects, letters, objects[q]),
-                             boxes_text(cf_objects, cf_letters, cf_objects[c]), tuple(letters), predictions))
+        out.append(BoxesPair(boxes_text(objects, letters, objects[q]), boxes_text(cf_objects, cf_letters, objects[w]),
+                             tuple(letters), {"q": q, "c": c, "s": s, "w": w}, predictions))
     return out
 
 
@@ -72,88 +130,197 @@ def label_of(letter: str, predictions: dict) -> str:
     return next((k for k, v in predictions.items() if v == letter), "mixed")
 
 
-def chat_ids(tokenizer, text: str, system_prompt: str) -> torch.Tensor:
-    """(1, T) ids: the chat with the question as the user's turn and the assistant's reply begun with "Box"."""
-    chat = chat_text(tokenizer, text, system_prompt) + "Box"
-    return tokenizer(chat, return_tensors="pt", add_special_tokens=False)["input_ids"]
+def chat_ids(tokenizer, text: str, chat: Chat) -> torch.Tensor:
+    """(1, T) ids of the chat with `text` as the user's turn, ending where the assistant's reply begins."""
+    return tokenizer(chat.render(tokenizer, text), return_tensors="pt", add_special_tokens=False)["input_ids"]
 
 
 def letter_ids(tokenizer, letters) -> list[int]:
     return [tokenizer.encode(" " + b, add_special_tokens=False)[-1] for b in letters]
 
 
-def run_patched(model, ids: torch.Tensor, layer: int | None = None, values: torch.Tensor | None = None,
-                positions=slice(-1, None), record: list | None = None) -> torch.Tensor:
-    """Logits (1, T, V) of `ids`; with `layer`, the stream entering that decoder layer at `positions` replaced by
-    `values`; with `record`, the stream entering every layer is appended to it (before any patch)."""
+def last_stream(model, ids: torch.Tensor) -> torch.Tensor:
+    """(L, d): the last token's residual stream entering each decoder layer."""
+    with torch.no_grad():
+        hidden = model(input_ids=ids, output_hidden_states=True).hidden_states
+    return torch.stack([h[0, -1] for h in hidden[:len(decoder_layers(model))]])
+
+
+def patched_last_logits(model, ids: torch.Tensor, layers: list[int | None], values: torch.Tensor) -> torch.Tensor:
+    """(len(layers), V): the last token's logits of `ids` (1, T), one row per entry of `layers`: None runs
+    unpatched, L replaces the last token's stream entering decoder layer L by values[L]. The prefix ids[:, :-1]
+    runs once; its key/value cache is shared by the batch of last-token runs."""
+    blocks = decoder_layers(model)
+    rows = {L: [j for j, x in enumerate(layers) if x == L] for L in set(layers) - {None}}
+
     def hook(index):
         def fn(module, args, kwargs):
-            x = args[0] if args else kwargs["hidden_states"]
-            if record is not None:
-                record.append(x.detach().clone())
-            if index == layer:
-                x = x.clone()
-                x[:, positions] = values.to(x.dtype)
-                return ((x, *args[1:]), kwargs) if args else (args, {**kwargs, "hidden_states": x})
-            return None
+            if index not in rows:
+                return None
+            x = (args[0] if args else kwargs["hidden_states"]).clone()
+            x[rows[index], -1] = values[index].to(x.dtype)
+            return ((x, *args[1:]), kwargs) if args else (args, {**kwargs, "hidden_states": x})
         return fn
 
-    handles = [m.register_forward_pre_hook(hook(i), with_kwargs=True) for i, m in enumerate(decoder_layers(model))]
-    try:
-        with torch.no_grad():
-            return model(input_ids=ids).logits
-    finally:
-        for h in handles:
-            h.remove()
+    # transformers >= 5.2x names the key/value cache `cache`, earlier versions `past_key_values`
+    name = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+    with torch.no_grad():
+        cache = getattr(model(input_ids=ids[:, :-1], use_cache=True), name)
+        cache.batch_repeat_interleave(len(layers))
+        handles = [m.register_forward_pre_hook(hook(i), with_kwargs=True) for i, m in enumerate(blocks)]
+        try:
+            return model(input_ids=ids[:, -1:].expand(len(layers), 1), **{name: cache}).logits[:, -1]
+        finally:
+            for h in handles:
+                h.remove()
 
 
-def interchange(model, tokenizer, pairs: list[BoxesPair], system_prompt: str, device: str = "cpu") -> pd.DataFrame:
-    """One row per (kept pair, layer): the patched prediction's label. `attrs['dropped']` counts the pairs the
-    model answered wrongly unpatched."""
-    rows, dropped = [], 0
+def interchange(model, tokenizer, pairs: list[BoxesPair], chat: Chat, *, filter_correct: bool = False,
+                layers_per_batch: int = 64, device: str = "cpu") -> pd.DataFrame:
+    """One row per (pair, layer): the pair's entries q, c, s, w, whether the unpatched answer is right, the
+    patched label and the patched logits over the entries (entry order). With `filter_correct`, pairs answered
+    wrongly unpatched are left out; `attrs['dropped']` counts them."""
+    rows, dropped, t0 = [], 0, time.time()
     n_layers = len(decoder_layers(model))
     for k, pair in enumerate(pairs):
-        ids = chat_ids(tokenizer, pair.original, system_prompt).to(device)
-        cf_ids = chat_ids(tokenizer, pair.counterfactual, system_prompt).to(device)
+        ids = chat_ids(tokenizer, pair.original, chat).to(device)
+        cf = last_stream(model, chat_ids(tokenizer, pair.counterfactual, chat).to(device))
         candidates = letter_ids(tokenizer, pair.letters)
-        clean = run_patched(model, ids)[0, -1, candidates].argmax().item()
-        if pair.letters[clean] != pair.predictions["no_effect"]:
+        sweep: list[int | None] = [None, *range(n_layers)]
+        logits = torch.cat([patched_last_logits(model, ids, sweep[i:i + layers_per_batch], cf)
+                            for i in range(0, len(sweep), layers_per_batch)])[:, candidates].float().cpu()
+        correct = pair.letters[int(logits[0].argmax())] == pair.predictions["no_effect"]
+        if filter_correct and not correct:
             dropped += 1
             continue
-        cf_stream: list = []
-        run_patched(model, cf_ids, record=cf_stream)
-        for layer in range(n_layers):
-            logits = run_patched(model, ids, layer, cf_stream[layer][:, -1:])
-            letter = pair.letters[logits[0, -1, candidates].argmax().item()]
-            rows.append({"pair": k, "layer": layer, "label": label_of(letter, pair.predictions)})
-    table = pd.DataFrame(rows, columns=["pair", "layer", "label"])
+        for layer, row in enumerate(logits[1:]):
+            letter = pair.letters[int(row.argmax())]
+            rows.append({"pair": k, **pair.entries, "correct_unpatched": correct, "layer": layer,
+                         "label": label_of(letter, pair.predictions), "logits": row.tolist()})
+        if (k + 1) % 50 == 0 or k + 1 == len(pairs):
+            rate = (k + 1) / max(time.time() - t0, 1e-9)
+            log.info("%d/%d pairs, %.2f pairs/s, ETA %.0f s", k + 1, len(pairs), rate, (len(pairs) - k - 1) / rate)
+    table = pd.DataFrame(rows, columns=["pair", "q", "c", "s", "w", "correct_unpatched", "layer", "label", "logits"])
     table.attrs["dropped"] = dropped
     return table
 
 
-def summarize(table: pd.DataFrame) -> dict:
-    """Peak layer (largest share of changed answers, earliest on a tie), the label shares there, and the ratio
-    share symbolic / share positional at the peak; NaN where no pair was kept."""
-    if table.empty:  # every pair dropped: the model never answered right unpatched
-        return {"peak_layer": None, "ratio": float("nan"), **{f"share_{k}": float("nan") for k in LABELS}}
-    shares = pd.crosstab(table["layer"], table["label"], normalize="index").reindex(columns=LABELS, fill_value=0.0)
-    changed = 1.0 - shares["no_effect"]
-    peak = int(changed.idxmax())
-    at = shares.loc[peak]
-    ratio = at["symbolic"] / at["positional"] if at["positional"] > 0 else float("inf")
-    return {"peak_layer": peak, "ratio": float(ratio), **{f"share_{k}": float(at[k]) for k in LABELS}}
+def first_spike(effect: pd.Series, spike_fraction: float, min_effect: float) -> int | None:
+    """The first layer where `effect` (indexed by layer) reaches spike_fraction of its maximum, followed up
+    while it keeps rising; None when the maximum is below min_effect."""
+    effect = effect.sort_index()
+    top = effect.max()
+    if not top >= min_effect or top <= 0:
+        return None
+    layers, values = list(effect.index), effect.to_numpy()
+    i = int(np.argmax(values >= spike_fraction * top))
+    while i + 1 < len(values) and values[i + 1] > values[i]:
+        i += 1
+    return int(layers[i])
 
 
-def table1(df: pd.DataFrame) -> pd.DataFrame:
-    """Table 1 from the interchange rows of every model (columns model, generation, kind, pair, layer, label,
-    dropped): per model the peak layer and ratio, and for each VLM its ratio minus its generation's LLM's."""
+def shares(table: pd.DataFrame) -> pd.DataFrame:
+    """Share of each label per layer (rows: layers, columns: LABELS)."""
+    return pd.crosstab(table["layer"], table["label"], normalize="index").reindex(columns=LABELS, fill_value=0.0)
+
+
+def fit_mechanisms(table: pd.DataFrame, n_entries: int, seed: int = 0, epochs: int = 5000,
+                   patience: int = 500) -> dict:
+    """Gur-Arieh et al.'s minimal model (module docstring) fitted to rows of one layer: w_pos, the mean lexical
+    and reflexive gates over the rows, the held-out Jensen-Shannon divergence (bits) and the fitted ratio."""
+    g = torch.Generator().manual_seed(seed)
+    p, k, i = (torch.tensor(table[col].to_numpy(), dtype=torch.long) for col in ("c", "w", "s"))
+    target = torch.softmax(torch.as_tensor(np.stack(table["logits"].to_numpy()), dtype=torch.float32), -1)
+    a = torch.arange(n_entries)
+    w_pos, coeffs = torch.tensor(1.0, requires_grad=True), torch.tensor([0.0, 0.0, 3.0], requires_grad=True)
+    gate_k, gate_i = torch.zeros(n_entries, requires_grad=True), torch.zeros(n_entries, requires_grad=True)
+    params = [w_pos, coeffs, gate_k, gate_i]
+
+    def logits(rows):
+        pn = p[rows].float() / n_entries
+        sigma = (coeffs[0] * pn ** 2 + coeffs[1] * pn + coeffs[2])[:, None] + 1e-6
+        gauss = torch.exp(-((a[None] - p[rows, None]) ** 2) / (2 * sigma ** 2))
+        return (w_pos * gauss + gate_k[k[rows], None] * (a[None] == k[rows, None])
+                + gate_i[i[rows], None] * (a[None] == i[rows, None]))
+
+    def js(rows):
+        P, Q = torch.softmax(logits(rows), -1).clamp_min(1e-12), target[rows].clamp_min(1e-12)
+        M = (P + Q) / 2
+        return 0.5 * ((P * (P / M).log2()).sum(-1) + (Q * (Q / M).log2()).sum(-1))
+
+    n = len(table)
+    perm = torch.randperm(n, generator=g)
+    train, val, test = perm[:int(0.7 * n)], perm[int(0.7 * n):int(0.85 * n)], perm[int(0.85 * n):]
+    if len(val) == 0 or len(test) == 0:
+        train = val = test = perm
+    opt = torch.optim.Adam(params, lr=5e-2)
+    best, best_state, bad = float("inf"), None, 0
+    for _ in range(epochs):
+        loss = js(train).mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        with torch.no_grad():
+            v = js(val).mean().item()
+        if v < best - 1e-6:
+            best, best_state, bad = v, [t.detach().clone() for t in params], 0
+        else:
+            bad += 1
+            if bad >= patience:
+                break
+    with torch.no_grad():
+        for t, b in zip(params, best_state or params):
+            t.copy_(b)
+        lexical, reflexive = gate_k[k].mean().item(), gate_i[i].mean().item()
+        return {"w_pos": w_pos.item(), "lexical_gate": lexical, "reflexive_gate": reflexive,
+                "fit_js": js(test).mean().item(),
+                "ratio_fit": lexical / w_pos.item() if w_pos.item() != 0 else float("nan")}
+
+
+def summarize(table: pd.DataFrame, n_entries: int, spike_fraction: float = 0.5, min_effect: float = 0.1,
+              fit: bool = True) -> dict:
+    """Peak layer (first spike of positional + symbolic), the label shares there, the share ratio and (with
+    `fit`) the fitted ratio; NaN where no pair was kept or there is no spike."""
+    empty = {"peak_layer": None, "ratio_share": float("nan"), "ratio_fit": float("nan"),
+             **{f"share_{k}": float("nan") for k in LABELS}}
+    if table.empty:
+        return empty
+    s = shares(table)
+    peak = first_spike(s["positional"] + s["symbolic"], spike_fraction, min_effect)
+    if peak is None:
+        return empty
+    at = s.loc[peak]
+    out = {"peak_layer": peak, "ratio_share": float(at["symbolic"] / at["positional"]) if at["positional"] > 0
+           else float("inf"), **{f"share_{k}": float(at[k]) for k in LABELS}}
+    if fit:
+        out.update(fit_mechanisms(table[table["layer"] == peak], n_entries))
+    return {**empty, **out}
+
+
+DEFINITIONS = {
+    "peak_layer": "first spike of share positional + share symbolic (qwen.binding.spike_fraction, min_effect)",
+    "ratio_share": "share symbolic / share positional at the peak layer",
+    "ratio_fit": "mean lexical gate / w_pos of Gur-Arieh et al.'s minimal model fitted at the peak layer",
+}
+
+
+def table1(df: pd.DataFrame, cfg: BindingConfig) -> pd.DataFrame:
+    """Table 1 from the interchange rows of every model (columns model, generation, kind, dropped and those of
+    `interchange`): per model the peak layer, the shares there, both ratios, and for each VLM each ratio minus
+    its generation's LLM's."""
     rows = []
     for (model, generation, kind), t in df.groupby(["model", "generation", "kind"], sort=False):
-        rows.append({"model": model, "generation": generation, "kind": kind, **summarize(t),
-                     "pairs_kept": t["pair"].nunique(), "pairs_dropped": int(t["dropped"].iloc[0]),
-                     "ratio_definition": "share symbolic / share positional at the peak layer"})
+        pairs = t.drop_duplicates("pair")
+        rows.append({"model": model, "generation": generation, "kind": kind,
+                     **summarize(t, cfg.n_entries, cfg.spike_fraction, cfg.min_effect),
+                     "pairs": len(pairs), "correct_unpatched": float(pairs["correct_unpatched"].mean()),
+                     "pairs_dropped": int(t["dropped"].iloc[0])})
     out = pd.DataFrame(rows)
-    llm = out[out["kind"] == "llm"].groupby("generation")["ratio"].first()
-    out["vlm_minus_llm"] = [r.ratio - llm[r.generation] if r.kind == "vlm" and r.generation in llm else float("nan")
-                            for r in out.itertuples()]
+    for ratio in ("ratio_share", "ratio_fit"):
+        llm = out[out["kind"] == "llm"].groupby("generation")[ratio].first()
+        out[f"vlm_minus_llm_{ratio[6:]}"] = [
+            r[ratio] - llm[r.generation] if r.kind == "vlm" and r.generation in llm else float("nan")
+            for _, r in out.iterrows()]
+    for column, text in DEFINITIONS.items():
+        out[f"{column}_definition"] = text
     return out

@@ -1,13 +1,22 @@
 """Linear probes on pretrained models (paper, section G.6 and appendix H; Fig 14, Fig 15): is an object's color
 decodable at its shape token, in the context (where symbolic binding binds it) and in the association list
-(where it propagates)? The colored-shapes indirect retrieval task in words, our wording [assumption]:
+(where it propagates)? The paper does not give its Qwen prompt; ours is the colored-shapes indirect retrieval
+task in words [assumption]:
 
-    Context: red circle, blue star, green heart. Associations: star item4, heart item9, circle item2.
-    Question: Which item goes with the blue shape? Answer:
+    Context: the red one is a circle, the blue one is a star, the green one is a heart. Associations: star
+    item4, heart item9, circle item2. Question: Which item goes with the blue shape? Answer:
 
-given as the user's turn of the chat template. The residual stream entering each decoder layer is read
-(`output_hidden_states`) at the shape word's last sub-token; the probe is the scratch models' ridge classifier
-(vlbind.interp.probes.fit_and_score), trained on one set of prompts and scored on another, with its chance.
+given as the user's turn of the chat (qwen.chat). The color sits three words before its shape ("red one is a
+circle"), not right before it: with "red circle", the color is the shape token's previous token, which any
+model's early layers carry, and Fig 14 could not show a gap between models. Here reading the color at the
+shape token takes a binding step across the words between them.
+
+The residual stream entering each decoder layer is read (`output_hidden_states`) at the shape word's last
+sub-token. The probe is a ridge classifier (least squares onto one-hot colors on standardised features, the
+scratch models' probe, vlbind.interp.probes.fit_and_score), solved in its dual form because a 7B model has
+more dimensions than there are training rows; its penalty is chosen per role and layer from `ridges` by
+`folds`-fold cross-validation on the training prompts (folds split by prompt), refitted on all of them, and
+scored on held-out prompts, with its chance (the most frequent training color).
 """
 
 from __future__ import annotations
@@ -18,12 +27,35 @@ import numpy as np
 import pandas as pd
 import torch
 
-from ..interp.probes import ProbeConfig, fit_and_score
+from ..settings import from_dict
 from .models import decoder_layers
-from .prompts import chat_text
+from .prompts import Chat
 from .words import COLOR_WORDS, ITEM_WORDS, SHAPE_WORDS
 
 ROLES = ("context shape", "association shape")
+
+
+@dataclass(frozen=True)
+class QwenProbeConfig:
+    train_prompts: int = 256  # [assumption]
+    test_prompts: int = 128  # [assumption]
+    n_objects: int = 6  # [assumption] objects per prompt
+    ridges: tuple[float, ...] = (0.1, 1.0, 10.0, 100.0, 1000.0, 10000.0, 100000.0)  # [assumption] penalties tried
+    folds: int = 5  # [assumption] cross-validation folds over the training prompts
+    seed: int = 31
+
+    def __post_init__(self) -> None:
+        if not self.ridges or min(self.ridges) <= 0:
+            raise ValueError(f"qwen.probes.ridges={list(self.ridges)}: give one or more penalties > 0")
+        if not 2 <= self.folds <= self.train_prompts:
+            raise ValueError(f"qwen.probes.folds={self.folds} must lie in 2..train_prompts ({self.train_prompts})")
+
+    @classmethod
+    def from_dict(cls, d: dict) -> QwenProbeConfig:
+        d = dict(d)
+        if "ridges" in d:
+            d["ridges"] = tuple(float(r) for r in d["ridges"])
+        return from_dict(cls, d)
 
 
 @dataclass(frozen=True)
@@ -38,7 +70,7 @@ def make_prompt(rng: np.random.Generator, n_objects: int) -> ProbePrompt:
     order = rng.permutation(n_objects)
     text, context, association = "Context: ", [None] * n_objects, [None] * n_objects
     for j in range(n_objects):
-        text += f"{COLOR_WORDS[colors[j]]} "
+        text += f"the {COLOR_WORDS[colors[j]]} one is a "
         context[j] = (len(text), len(text) + len(SHAPE_WORDS[shapes[j]]))
         text += SHAPE_WORDS[shapes[j]] + (", " if j < n_objects - 1 else ". Associations: ")
     for k, j in enumerate(order):
@@ -50,11 +82,11 @@ def make_prompt(rng: np.random.Generator, n_objects: int) -> ProbePrompt:
     return ProbePrompt(text, tuple(int(c) for c in colors), spans)
 
 
-def token_positions(tokenizer, prompt: ProbePrompt, system_prompt: str) -> tuple[torch.Tensor, dict]:
+def token_positions(tokenizer, prompt: ProbePrompt, chat: Chat) -> tuple[torch.Tensor, dict]:
     """(ids (1, T), role -> token index of each object's shape word, its last sub-token)."""
-    chat = chat_text(tokenizer, prompt.text, system_prompt)
-    base = chat.index(prompt.text)
-    enc = tokenizer(chat, return_offsets_mapping=True, add_special_tokens=False, return_tensors="pt")
+    rendered = chat.render(tokenizer, prompt.text)
+    base = rendered.index(prompt.text)
+    enc = tokenizer(rendered, return_offsets_mapping=True, add_special_tokens=False, return_tensors="pt")
     offsets = enc["offset_mapping"][0].tolist()
 
     def last_token(end: int) -> int:
@@ -64,29 +96,67 @@ def token_positions(tokenizer, prompt: ProbePrompt, system_prompt: str) -> tuple
 
 
 @torch.no_grad()
-def collect(model, tokenizer, prompts: list[ProbePrompt], system_prompt: str, device: str = "cpu"):
-    """role -> (features (L, N, d) entering each decoder layer, color labels (N,))."""
+def collect(model, tokenizer, prompts: list[ProbePrompt], chat: Chat, device: str = "cpu"):
+    """role -> (features (L, N, d) entering each decoder layer, color labels (N,), prompt index (N,))."""
     n_layers = len(decoder_layers(model))
-    feats = {r: [] for r in ROLES}
-    labels = {r: [] for r in ROLES}
-    for p in prompts:
-        ids, positions = token_positions(tokenizer, p, system_prompt)
+    feats, labels, groups = ({r: [] for r in ROLES} for _ in range(3))
+    for k, p in enumerate(prompts):
+        ids, positions = token_positions(tokenizer, p, chat)
         hidden = model(input_ids=ids.to(device), output_hidden_states=True).hidden_states[:n_layers]
         stack = torch.stack([h[0] for h in hidden]).float().cpu().numpy()  # (L, T, d)
         for role in ROLES:
             feats[role].append(stack[:, positions[role]])
             labels[role].append(np.array(p.colors))
-    return {r: (np.concatenate(feats[r], axis=1), np.concatenate(labels[r])) for r in ROLES}
+            groups[role].append(np.full(len(p.colors), k))
+    return {r: (np.concatenate(feats[r], axis=1), np.concatenate(labels[r]), np.concatenate(groups[r])) for r in ROLES}
 
 
-def probe_table(model, tokenizer, *, train_prompts: int, test_prompts: int, n_objects: int, ridge: float,
-                seed: int, system_prompt: str, device: str = "cpu") -> pd.DataFrame:
-    """Tidy rows: role, layer, accuracy, chance (color decoded at the shape token)."""
-    rng = np.random.default_rng(seed)
-    train, test = (collect(model, tokenizer, [make_prompt(rng, n_objects) for _ in range(n)], system_prompt, device)
-                   for n in (train_prompts, test_prompts))
+def _standardise(train: torch.Tensor, *others: torch.Tensor) -> list[torch.Tensor]:
+    """Each (L, N, d) standardised by the training rows' mean and std, with a ones column (the bias)."""
+    mean, std = train.mean(1, keepdim=True), train.std(1, keepdim=True) + 1e-6
+    return [torch.cat([(x - mean) / std, torch.ones(*x.shape[:2], 1, dtype=x.dtype)], -1) for x in (train, *others)]
+
+
+def ridge_accuracy(x_train, y_train, x_test, y_test, ridges) -> np.ndarray:
+    """Held-out accuracy (len(ridges), L) of ridge classifiers fitted per layer on x_train (L, N, d): the dual
+    solution X^T (X X^T + a I)^-1 Y, the same classifier as interp.probes.fit_and_score's primal one."""
+    classes, y_tr = np.unique(y_train, return_inverse=True)
+    index = {c: i for i, c in enumerate(classes)}
+    y_te = torch.as_tensor([index.get(c, -1) for c in y_test])  # a color never seen in training can't be hit
+    xt, xe = _standardise(torch.as_tensor(x_train, dtype=torch.float64), torch.as_tensor(x_test, dtype=torch.float64))
+    onehot = torch.nn.functional.one_hot(torch.as_tensor(y_tr), len(classes)).to(xt.dtype)
+    eig, vec = torch.linalg.eigh(xt @ xt.transpose(1, 2))  # (L, N), (L, N, N)
+    proj, cross = vec.transpose(1, 2) @ onehot, xe @ xt.transpose(1, 2)  # (L, N, C), (L, M, N)
+    out = []
+    for a in ridges:
+        coef = vec @ (proj / (eig.clamp_min(0) + a)[..., None])
+        out.append(((cross @ coef).argmax(-1) == y_te[None]).double().mean(1).numpy())
+    return np.stack(out)
+
+
+def choose_ridge(x, y, groups, ridges, folds: int) -> np.ndarray:
+    """Per layer, the penalty of `ridges` with the best mean accuracy over `folds` folds of the rows split by
+    `groups` (the larger penalty on a tie)."""
+    unique = np.unique(groups)
+    fold_of = dict(zip(unique, np.arange(len(unique)) % folds))
+    fold = np.array([fold_of[g] for g in groups])
+    acc = np.mean([ridge_accuracy(x[:, fold != f], y[fold != f], x[:, fold == f], y[fold == f], ridges)
+                   for f in range(folds)], axis=0)  # (len(ridges), L)
+    best = acc.shape[0] - 1 - np.argmax(acc[::-1], axis=0)
+    return np.asarray(ridges)[best]
+
+
+def probe_table(model, tokenizer, cfg: QwenProbeConfig, chat: Chat, device: str = "cpu") -> pd.DataFrame:
+    """Tidy rows: role, layer, accuracy, chance, ridge (color decoded at the shape token)."""
+    rng = np.random.default_rng(cfg.seed)
+    train, test = (collect(model, tokenizer, [make_prompt(rng, cfg.n_objects) for _ in range(n)], chat, device)
+                   for n in (cfg.train_prompts, cfg.test_prompts))
     rows = []
     for role in ROLES:
-        acc, chance = fit_and_score(*train[role], *test[role], ProbeConfig(ridge=ridge))
-        rows += [{"role": role, "layer": layer, "accuracy": float(a), "chance": chance} for layer, a in enumerate(acc)]
+        (x, y, groups), (xe, ye, _) = train[role], test[role]
+        chosen = choose_ridge(x, y, groups, cfg.ridges, cfg.folds)
+        chance = float((ye == np.bincount(y).argmax()).mean())
+        for layer, ridge in enumerate(chosen):
+            acc = ridge_accuracy(x[layer:layer + 1], y, xe[layer:layer + 1], ye, [ridge])[0, 0]
+            rows.append({"role": role, "layer": layer, "accuracy": float(acc), "chance": chance, "ridge": float(ridge)})
     return pd.DataFrame(rows)

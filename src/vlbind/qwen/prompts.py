@@ -6,9 +6,15 @@ the scoring rule.
               in Paris. ... Question: Where does the person that likes Orange live? Answer with just the city
               name. City:
 
-Each name, city and food appears once per context; both parts of an Indirect context list the people in the
-same order (as the paper's example). For each context length, `contexts_per_length` contexts are drawn and
-every person is queried once. What the paper leaves open is a PromptConfig field marked [assumption].
+Each name, city and food appears once per context. The two parts of an Indirect context list the people in
+independent orders (`shuffle_people`): listed in the same order, as in the paper's two-person example, the
+food's position would give the city's without reading the names, a positional shortcut the paper's text ("the
+index links a food to a city through the same person") does not intend. For each context length,
+`contexts_per_length` contexts are drawn and every person is queried once. What the paper leaves open is a
+PromptConfig field marked [assumption].
+
+Every Qwen analysis (retrieval, binding, probes) renders its prompt with one `Chat`: the system prompt and
+Qwen3's thinking switch (the chat template's enable_thinking), config key qwen.chat.
 
 Scoring (appendix B, "whether the model's generated output contained the correct city name"): a `<think>`
 block (Qwen3's thinking mode) is removed first, an unclosed one up to the end; then the city must occur as a
@@ -34,7 +40,7 @@ class PromptConfig:
     contexts_per_length: int = 10  # [paper] 10 independent contexts per length
     likes_first: bool = True  # [assumption] Indirect part order: the paper's example has "is liked by" first,
     # its text the other way round
-    system_prompt: str = "You are a helpful assistant."  # [paper] passed explicitly to the chat template
+    shuffle_people: bool = True  # [assumption] the second part lists the people in an independent order
     seed: int = 0
 
     def __post_init__(self) -> None:
@@ -68,10 +74,14 @@ def direct_text(names, cities, query: int) -> str:
     return f"Context: {facts} Question: In what city does {names[query]} live?"
 
 
-def indirect_text(names, cities, foods, query: int, likes_first: bool = True) -> str:
-    likes = " ".join(f"{f} is liked by {n}." for f, n in zip(foods, names))
-    lives = " ".join(f"{n} lives in {c}." for n, c in zip(names, cities))
-    parts = f"{likes} {lives}" if likes_first else f"{lives} {likes}"
+def indirect_text(names, cities, foods, query: int, likes_first: bool = True, second_order=None) -> str:
+    """Person i likes foods[i] and lives in cities[i]; the second part lists them in `second_order` (default:
+    the first part's order)."""
+    order = range(len(names)) if second_order is None else second_order
+    likes = [f"{f} is liked by {n}." for f, n in zip(foods, names)]
+    lives = [f"{n} lives in {c}." for n, c in zip(names, cities)]
+    first, second = (likes, lives) if likes_first else (lives, likes)
+    parts = " ".join(first + [second[i] for i in order])
     return (f"Context: {parts} Question: Where does the person that likes {foods[query]} live? "
             "Answer with just the city name. City:")
 
@@ -87,24 +97,36 @@ def prompts(cfg: PromptConfig, task: str) -> list[RetrievalPrompt]:
             rng = np.random.default_rng([cfg.seed, TASKS.index(task), n, k])
             names, cities, foods = ([pool[i] for i in rng.permutation(len(pool))[:n]]
                                     for pool in (NAMES, CITIES, FOODS))
+            second = [int(i) for i in rng.permutation(n)] if cfg.shuffle_people else None
             for q in range(n):
                 text = (direct_text(names, cities, q) if task == "direct"
-                        else indirect_text(names, cities, foods, q, cfg.likes_first))
+                        else indirect_text(names, cities, foods, q, cfg.likes_first, second))
                 out.append(RetrievalPrompt(task, n, k, q, text, cities[q]))
     return out
 
 
-def messages(text: str, system_prompt: str) -> list[dict]:
-    """The chat the model's template formats: the system prompt, then `text` as the user's turn (every Qwen
-    analysis prompts this way)."""
-    return [{"role": "system", "content": system_prompt}, {"role": "user", "content": text}]
+@dataclass(frozen=True)
+class Chat:
+    """How every Qwen analysis renders a prompt: config key qwen.chat."""
 
+    system_prompt: str | None = "You are a helpful assistant."  # [paper] appendix B; None: no system turn (the
+    # template may add its own default)
+    thinking: bool = False  # [assumption] Qwen3's thinking mode (its template's enable_thinking) off
 
-def chat_text(tokenizer, text: str, system_prompt: str, **template) -> str:
-    """The model's chat template applied to `messages`, ending where the assistant's reply begins; `template`
-    goes to apply_chat_template (e.g. Qwen3's enable_thinking)."""
-    return tokenizer.apply_chat_template(messages(text, system_prompt), add_generation_prompt=True, tokenize=False,
-                                         **template)
+    @classmethod
+    def from_dict(cls, d: dict) -> Chat:
+        return from_dict(cls, d)
+
+    def messages(self, text: str) -> list[dict]:
+        """The system prompt (if any), then `text` as the user's turn."""
+        system = [] if self.system_prompt is None else [{"role": "system", "content": self.system_prompt}]
+        return [*system, {"role": "user", "content": text}]
+
+    def render(self, tokenizer, text: str) -> str:
+        """The model's chat template applied to `messages`, ending where the assistant's reply begins; the
+        thinking switch goes to every template (only Qwen3's reads it)."""
+        return tokenizer.apply_chat_template(self.messages(text), add_generation_prompt=True, tokenize=False,
+                                             enable_thinking=self.thinking)
 
 
 _THINK = re.compile(r"<think>.*?(</think>|\Z)", flags=re.DOTALL)

@@ -13,15 +13,14 @@ import time
 import pandas as pd
 import torch
 
-from .prompts import RetrievalPrompt, chat_text, is_correct
+from .prompts import Chat, RetrievalPrompt, is_correct
 
 log = logging.getLogger(__name__)
 
 
 @torch.no_grad()
-def evaluate(model, tokenizer, prompts: list[RetrievalPrompt], *, system_prompt: str, max_new_tokens: int,
-             greedy: bool = False, thinking: bool = False, seed: int = 0, batch_size: int = 8,
-             device: str = "cpu") -> pd.DataFrame:
+def evaluate(model, tokenizer, prompts: list[RetrievalPrompt], *, chat: Chat, max_new_tokens: int,
+             greedy: bool = False, seed: int = 0, batch_size: int = 8, device: str = "cpu") -> pd.DataFrame:
     """One row per prompt: task, n_pairs, context, query_position, answer, output, correct."""
     torch.manual_seed(seed)
     tokenizer.padding_side = "left"
@@ -31,8 +30,7 @@ def evaluate(model, tokenizer, prompts: list[RetrievalPrompt], *, system_prompt:
     rows, t0 = [], time.time()
     for start in range(0, len(prompts), batch_size):
         chunk = prompts[start:start + batch_size]
-        texts = [chat_text(tokenizer, p.text, system_prompt, enable_thinking=thinking)  # read by Qwen3's only
-                 for p in chunk]
+        texts = [chat.render(tokenizer, p.text) for p in chunk]
         enc = tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=False).to(device)
         out = model.generate(**enc, **settings)
         for p, ids in zip(chunk, out[:, enc["input_ids"].shape[1]:]):

@@ -1,5 +1,6 @@
 """The word pools of the pretrained-model prompts: first names, cities and foods (retrieval, paper section 2) and
-the objects of the boxes task (binding, section 6.3).
+the objects of the boxes task (binding, section 5.6; ours, 40 household words: Gur-Arieh et al. draw theirs
+from a longer list).
 
 One word each, no word in two pools, and no city inside another city (the scoring rule looks for the city's
 name in the output). 120 of each: the longest configured context (`qwen.context_lengths`) may use them all.
@@ -51,7 +52,9 @@ FOODS = (
 )
 
 BOX_OBJECTS = ("cup", "key", "ring", "coin", "book", "pen", "watch", "shoe", "hat", "map", "lamp", "bell", "card",
-               "doll", "fork", "mug", "ball", "comb", "kite", "drum")
+               "doll", "fork", "mug", "ball", "comb", "kite", "drum", "sock", "bowl", "vase", "fan", "rope", "brush",
+               "clock", "phone", "spoon", "plate", "glove", "scarf", "belt", "chair", "bottle", "jar", "pillow",
+               "towel", "wallet", "candle")
 
 # the colored-shapes task in words (probes, appendix H)
 COLOR_WORDS = ("red", "blue", "green", "yellow", "purple", "orange", "pink", "brown", "black", "white", "gray", "cyan")
