@@ -10,8 +10,18 @@ import pandas as pd
 import pytest
 import torch
 
-from vlbind.qwen.binding import (BindingConfig, boxes_text, chat_ids, fit_mechanisms, interchange, last_stream,
-                                 make_pairs, patched_last_logits, summarize, table1)
+from vlbind.qwen.binding import (
+    BindingConfig,
+    boxes_text,
+    chat_ids,
+    fit_mechanisms,
+    interchange,
+    last_stream,
+    make_pairs,
+    patched_last_logits,
+    summarize,
+    table1,
+)
 from vlbind.qwen.models import decoder_layers
 from vlbind.qwen.prompts import Chat
 from vlbind.qwen.tiny import tiny, tiny_tokenizer

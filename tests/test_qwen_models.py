@@ -6,8 +6,8 @@ import time
 import pytest
 import torch
 
-from vlbind.qwen.models import CLASSES, QwenModel, QwenWeightsError, decoder_layers, load
 from vlbind.qwen.binding import make_pairs
+from vlbind.qwen.models import CLASSES, QwenModel, QwenWeightsError, decoder_layers, load
 from vlbind.qwen.probes import make_prompt
 from vlbind.qwen.prompts import Chat, PromptConfig, prompts
 from vlbind.qwen.tiny import tiny

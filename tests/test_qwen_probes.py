@@ -8,8 +8,15 @@ import numpy as np
 import pytest
 
 from vlbind.interp.probes import ProbeConfig, fit_and_score
-from vlbind.qwen.probes import ROLES, QwenProbeConfig, choose_ridge, make_prompt, probe_table, ridge_accuracy, \
-    token_positions
+from vlbind.qwen.probes import (
+    ROLES,
+    QwenProbeConfig,
+    choose_ridge,
+    make_prompt,
+    probe_table,
+    ridge_accuracy,
+    token_positions,
+)
 from vlbind.qwen.prompts import Chat
 from vlbind.qwen.tiny import tiny, tiny_tokenizer
 from vlbind.qwen.words import COLOR_WORDS, SHAPE_WORDS

@@ -396,7 +396,8 @@ def test_qwen_sub_dag_runs_on_tiny_models_to_every_figure_and_table1(smoke_tree)
     assert len(table) == len(models) * 2 * 2 * (2 + 4)  # models x tasks x contexts x queries per length
     assert set(table.groupby("model")["kind"].first()) == {"llm", "vlm"}
     t1 = pd.read_csv(work / "results/tables/table1.csv")
-    assert sorted(t1["model"]) == sorted(models) and {"peak_layer", "ratio_share", "ratio_fit", "vlm_minus_llm_share", "vlm_minus_llm_fit"} <= set(t1.columns)
+    assert sorted(t1["model"]) == sorted(models)
+    assert {"peak_layer", "ratio_share", "ratio_fit", "vlm_minus_llm_share", "vlm_minus_llm_fit"} <= set(t1.columns)
     probes = pd.concat(pd.read_parquet(p) for p in (work / "results/qwen/probes").glob("*.parquet"))
     assert set(probes["model"]) == set(models) and set(probes["role"]) == {"context shape", "association shape"}
 
