@@ -115,7 +115,7 @@ def dense_vs_single(steps: int, precision: str) -> None:
         train = TrainConfig(precision=precision)
         for n in (2, 5, 8):
             rng = np.random.default_rng(n)
-            single = [generate(TEXT_S5, 32, rng, n_pairs=n) for _ in range(steps + 3)]
+            single = [generate(TEXT_S5, 32, rng, n_objects=n) for _ in range(steps + 3)]
             times = {"single": [], "dense": []}
             for i, b in enumerate(single):
                 for kind, batch in (("single", b), ("dense", pack_queries(b))):
@@ -172,7 +172,7 @@ def main() -> None:
     llamas = {attention: llama_like(cfg, attention) for attention in ("sdpa", "eager")}
     print(f"\nparams: ours {count_parameters(model):,}, llama {count_parameters(llamas['sdpa']):,}")
     rng = np.random.default_rng(0)
-    batches = [generate(TEXT_S5, 32, rng, n_pairs=8) for _ in range(args.steps + 3)]  # length 43
+    batches = [generate(TEXT_S5, 32, rng, n_objects=8) for _ in range(args.steps + 3)]  # length 43
     tokens = sum(b.tokens.size for b in batches[3:]) / len(batches[3:])
     ours_by, hf_by = {}, {}  # seconds per step of each setting: by precision / by attention and precision
     print("\n| model | precision | steps/s | tokens/s | ours vs this |\n|---|---|---|---|---|")
@@ -196,7 +196,7 @@ def main() -> None:
         for name, (mm, other) in zip(("ours", "HF Llama (sdpa)"), matmul_share(runs, batches[:14])):
             print(f"| {name} | {mm:.1f} | {other:.1f} | {100 * mm / (mm + other):.0f}% |")
 
-    noisy = [generate(NOISE_TEXT, 32, rng, n_pairs=8) for _ in range(args.steps + 3)]
+    noisy = [generate(NOISE_TEXT, 32, rng, n_objects=8) for _ in range(args.steps + 3)]
     t_text, t_noise = [], []
     for _ in range(2):  # alternate, keep the faster of two medians each
         t_text.append(time_steps([(model, ours)], batches, default)[0])

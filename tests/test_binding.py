@@ -16,7 +16,7 @@ from vlbind.vocab import VOCAB
 
 def expected_bindings(b, i, objects=None) -> list[tuple[int, int]]:
     """(item position, target token) of prompt i: the token paired in the context with the key before it."""
-    if b.task[i] == GROUNDING:
+    if b.kind[i] == GROUNDING:
         return []
     roles, tokens = b.roles[i], b.tokens[i]
     if objects is None or b.modality[i] != IMAGE:  # text context: color shape color shape ...
@@ -52,7 +52,7 @@ def test_binding_targets_of_image_prompts_come_from_the_object_table(tmp_path):
     pos, target = binding_targets(b)
     for i in range(len(b)):
         assert got_bindings(pos, target, i) == expected_bindings(b, i, bank.objects)
-    assert ((b.task != GROUNDING) & (b.modality == IMAGE)).any() and (target >= 0).any()
+    assert ((b.kind != GROUNDING) & (b.modality == IMAGE)).any() and (target >= 0).any()
 
 
 def test_binding_loss_adds_its_weight_times_the_item_cross_entropy_of_a_full_forward():
@@ -60,7 +60,7 @@ def test_binding_loss_adds_its_weight_times_the_item_cross_entropy_of_a_full_for
     model = tiny()
     cfg = TrainConfig(binding_loss=0.5)
     with torch.no_grad():
-        full = model(torch.from_numpy(b.tokens), torch.from_numpy(b.positions), blocks=torch.from_numpy(b.blocks))
+        full = model(torch.from_numpy(b.tokens), torch.from_numpy(b.positions), groups=torch.from_numpy(b.groups))
         plain = training_loss(model, b, TrainConfig(), "cpu")
         got = training_loss(model, b, cfg, "cpu")
     pos, target = binding_targets(b)

@@ -17,7 +17,7 @@ def sample(*args):
 
 @pytest.mark.parametrize("args", [
     ["--stage", "text_s4", "--count", "20", "--seed", "0"],
-    ["--stage", "text_s1", "--count", "20", "--task", "grounding"],
+    ["--stage", "text_s1", "--count", "20", "--kind", "grounding"],
     ["--stage", "text_s5", "--count", "20", "--query-by", "shape"],
     ["--stage", "noise_text", "--count", "5", "--noise"],
 ])
@@ -55,7 +55,7 @@ def test_image_stage_prints_its_text_form_without_a_bank_and_images_with_one(tmp
     render_bank(RenderConfig(size=64, variants=1), tmp_path / "bank")
     spec = EncoderSpec("vit_tiny_patch16_224", pretrained=False, grid=2, model_kwargs={"img_size": 64})
     extract(spec, tmp_path / "bank" / "images", 104, tmp_path / "f.npy")
-    proc = sample("--stage", "image", "--count", "5", "--task", "retrieval", "--bank", str(tmp_path / "bank"),
+    proc = sample("--stage", "image", "--count", "5", "--kind", "retrieval", "--bank", str(tmp_path / "bank"),
                   "--features", str(tmp_path / "f.npy"))
     assert proc.returncode == 0, proc.stderr
     assert len(proc.stdout.splitlines()) == 5

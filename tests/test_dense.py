@@ -1,6 +1,6 @@
 """Dense supervision: every object of a context queried in one packed sequence (tasks.pack_queries).
 
-Each packed query block must be exactly the single-query prompt of its object: same logits, same answer.
+Each packed query group must be exactly the single-query prompt of its object: same logits, same answer.
 """
 
 from dataclasses import replace
@@ -42,20 +42,20 @@ def single_query(b, slot, bank=None):
         picture[r, 0] = b.image_ids[r, t]
     else:
         picture[r, b.slots[r, t]] = b.image_ids[r, t]
-    return assemble(b.n_pairs, b.colors, b.shapes, b.items, b.association_order, slot, b.task, b.query_by,
+    return assemble(b.n_objects, b.colors, b.shapes, b.items, b.association_order, slot, b.kind, b.query_by,
                     b.noise, b.modality, picture, bank)
 
 
 def unpack(packed, p):
     """Block p of every packed prompt as a single-query batch: the shared prefix, then block p's tokens."""
     B, T = packed.tokens.shape
-    keep = (packed.blocks < 0) & (packed.roles != Role.PAD) | (packed.blocks == p)
+    keep = (packed.groups < 0) & (packed.roles != Role.PAD) | (packed.groups == p)
     order = np.argsort(~keep, axis=1, kind="stable")  # kept positions first, in order
     fields = {k: np.take_along_axis(getattr(packed, k), order, 1)
               for k in ("tokens", "positions", "roles", "slots", "image_ids", "patches")}
     fields["tokens"] = np.where(np.take_along_axis(keep, order, 1), fields["tokens"], VOCAB.pad)
     return replace(packed, **fields, answer_pos=keep.sum(1) - 1, target=packed.target[:, p],
-                   query_slot=packed.query_slot[:, p], blocks=None)
+                   query_slot=packed.query_slot[:, p], groups=None)
 
 
 def cases(tmp_path):
@@ -75,7 +75,7 @@ def test_every_packed_block_gives_the_single_query_prompts_logits(tmp_path):
         with torch.no_grad():
             packed = answer_logits(model, pack_queries(b), "cpu", bank=bank)
             for p in range(b.colors.shape[1]):
-                has = b.n_pairs > p
+                has = b.n_objects > p
                 single = answer_logits(model, single_query(b, np.where(has, p, 0), bank), "cpu", bank=bank)
                 torch.testing.assert_close(packed[has, p], single[has], atol=1e-5, rtol=0, msg=name)
 
@@ -83,10 +83,10 @@ def test_every_packed_block_gives_the_single_query_prompts_logits(tmp_path):
 def test_every_block_target_is_recomputed_from_its_own_tokens(tmp_path):
     for name, b, bank in cases(tmp_path):
         pb = pack_queries(b)
-        assert ((pb.target >= 0) == (np.arange(pb.target.shape[1]) < b.n_pairs[:, None])).all(), name
+        assert ((pb.target >= 0) == (np.arange(pb.target.shape[1]) < b.n_objects[:, None])).all(), name
         for p in range(pb.target.shape[1]):
             u = unpack(pb, p)
-            for i in np.flatnonzero(b.n_pairs > p):
+            for i in np.flatnonzero(b.n_objects > p):
                 if u.modality[i] == IMAGE:
                     assert solve_image_prompt(u, i, bank.objects) == u.target[i], name
                 else:
@@ -96,7 +96,7 @@ def test_every_block_target_is_recomputed_from_its_own_tokens(tmp_path):
 
 def test_a_block_sees_the_prefix_and_itself_only():
     """Changing another block's query token changes nothing in this block's logits; the prefix does."""
-    b = pack_queries(generate(TEXT_SPECS["retrieval"], 8, np.random.default_rng(2), n_pairs=4))
+    b = pack_queries(generate(TEXT_SPECS["retrieval"], 8, np.random.default_rng(2), n_objects=4))
     model = tiny()
     other = b.tokens.copy()
     other[:, b.answer_pos[:, 1] - 1] = VOCAB.color_offset  # block 1's query
@@ -121,7 +121,7 @@ def test_packed_answer_logits_equal_the_full_forward_at_every_answer():
     b = pack_queries(generate(TEXT_SPECS["noise"], 8, np.random.default_rng(4)))
     model = tiny()
     with torch.no_grad():
-        full = model(torch.from_numpy(b.tokens), torch.from_numpy(b.positions), blocks=torch.from_numpy(b.blocks))
+        full = model(torch.from_numpy(b.tokens), torch.from_numpy(b.positions), groups=torch.from_numpy(b.groups))
         got = answer_logits(model, b, "cpu")
     has = b.answer_pos >= 0
     r, q = np.nonzero(has)

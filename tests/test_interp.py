@@ -39,12 +39,12 @@ def test_counterfactual_is_a_valid_prompt_and_the_five_predictions_are_distinct(
     pairs = make_pairs(1000, np.random.default_rng(0))
     assert (np.sort(pairs.predictions, axis=1)[:, 1:] != np.sort(pairs.predictions, axis=1)[:, :-1]).all()
     o, cf = pairs.original, pairs.counterfactual
-    assert (o.n_pairs >= 5).all() and (o.answer_pos == cf.answer_pos).all()
+    assert (o.n_objects >= 5).all() and (o.answer_pos == cf.answer_pos).all()
     for i in range(0, 1000, 7):
         cf_text, o_text = prompt_text(cf, i), prompt_text(o, i)
         assert solve(cf_text) == VOCAB.tokens[cf.target[i]] and solve(o_text) == VOCAB.tokens[o.target[i]]
         toks = cf_text.split()
-        n = o.n_pairs[i]
+        n = o.n_objects[i]
         assert len(set(toks[: 2 * n])) == 2 * n  # distinct colors and shapes in the counterfactual context
         q, c, w, x, s = pairs.slots[i]
         assert len({q, c, w, x, s}) == 5

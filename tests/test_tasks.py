@@ -61,25 +61,25 @@ def test_every_answer_recomputed_from_text(stage, materialize):
 def test_stage_constraints(stage):
     spec = CURRICULUM[stage]
     b = generate(spec, 500, np.random.default_rng(2))
-    assert b.n_pairs.min() >= spec.min_pairs and b.n_pairs.max() <= spec.max_pairs
-    if spec.min_pairs < spec.max_pairs:
-        assert set(np.unique(b.n_pairs)) == set(range(spec.min_pairs, spec.max_pairs + 1))
+    assert b.n_objects.min() >= spec.min_objects and b.n_objects.max() <= spec.max_objects
+    if spec.min_objects < spec.max_objects:
+        assert set(np.unique(b.n_objects)) == set(range(spec.min_objects, spec.max_objects + 1))
     for i in range(len(b)):
-        n = b.n_pairs[i]
+        n = b.n_objects[i]
         row = b.tokens[i, : b.answer_pos[i] + 1]
         colors = row[b.roles[i, : len(row)] == Role.CONTEXT_COLOR]
         shapes = row[b.roles[i, : len(row)] == Role.CONTEXT_SHAPE]
         items = row[b.roles[i, : len(row)] == Role.ASSOCIATION_ITEM]
         assert len(colors) == len(shapes) == n and len(set(colors)) == len(set(shapes)) == n
-        assert len(set(items)) == len(items) == (0 if b.task[i] == GROUNDING else n)
+        assert len(set(items)) == len(items) == (0 if b.kind[i] == GROUNDING else n)
         assert colors.min() >= VOCAB.color_offset and colors.max() < VOCAB.color_offset + spec.n_colors
         assert shapes.min() >= VOCAB.shape_offset and shapes.max() < VOCAB.shape_offset + spec.n_shapes
         if len(items):
             assert items.min() >= VOCAB.item_offset and items.max() < VOCAB.item_offset + spec.n_items
     orders = b.association_order
-    identity = np.all((orders == np.arange(spec.max_pairs)) | (orders < 0), axis=1)
+    identity = np.all((orders == np.arange(spec.max_objects)) | (orders < 0), axis=1)
     if spec.shuffle:
-        assert not identity[b.task == RETRIEVAL].all()
+        assert not identity[b.kind == RETRIEVAL].all()
     else:
         assert identity.all()
 
@@ -109,10 +109,10 @@ def test_roles_and_slots_point_at_the_bound_objects(stage):
 
 def test_overrides_fix_task_direction_and_length():
     spec = CURRICULUM["mixed_tasks"]
-    b = generate(spec, 100, np.random.default_rng(5), n_pairs=32, task=GROUNDING, query_by=BY_SHAPE)
-    assert (b.n_pairs == 32).all() and (b.task == GROUNDING).all() and (b.query_by == BY_SHAPE).all()
+    b = generate(spec, 100, np.random.default_rng(5), n_objects=32, kind=GROUNDING, query_by=BY_SHAPE)
+    assert (b.n_objects == 32).all() and (b.kind == GROUNDING).all() and (b.query_by == BY_SHAPE).all()
     assert (b.target < VOCAB.shape_offset).all()  # grounding by shape answers a color
-    b = generate(spec, 100, np.random.default_rng(5), task=RETRIEVAL, query_by=BY_COLOR)
+    b = generate(spec, 100, np.random.default_rng(5), kind=RETRIEVAL, query_by=BY_COLOR)
     assert (b.target >= VOCAB.item_offset).all()
 
 
@@ -121,7 +121,7 @@ def test_noise_is_a_position_jump_of_100_between_consecutive_pairs():
     b = generate(spec, 50, np.random.default_rng(6))
     m = generate(spec, 50, np.random.default_rng(6), materialize_noise=True)
     for i in range(len(b)):
-        n, L = b.n_pairs[i], b.answer_pos[i] + 1
+        n, L = b.n_objects[i], b.answer_pos[i] + 1
         assert (m.tokens[i] == VOCAB.noise).sum() == 100 * (n - 1)
         real = m.roles[i] != Role.NOISE
         real[m.answer_pos[i] + 1 :] = False
@@ -143,11 +143,12 @@ def test_same_seed_same_batch():
     assert np.array_equal(a.tokens, b.tokens) and np.array_equal(a.positions, b.positions)
 
 
-@pytest.mark.parametrize("bad, key", [({"n_colors": 300}, "n_colors"), ({"min_pairs": 5, "max_pairs": 3}, "min_pairs"),
+@pytest.mark.parametrize("bad, key", [({"n_colors": 300}, "n_colors"),
+                                      ({"min_objects": 5, "max_objects": 3}, "min_objects"),
                                       ({"n_items": 4}, "n_items"), ({"noise_fraction": 2.0}, "noise_fraction")])
 def test_bad_spec_names_the_key(bad, key):
     with pytest.raises(ValueError, match=key):
-        StageSpec(**{**dict(n_colors=216, n_shapes=216, n_items=32, min_pairs=2, max_pairs=8), **bad})
+        StageSpec(**{**dict(n_colors=216, n_shapes=216, n_items=32, min_objects=2, max_objects=8), **bad})
 
 
 def test_paper_example_is_solved():

@@ -151,7 +151,7 @@ def naive_accuracy(model, cfg: EvalConfig, n: int) -> float:
     left = cfg.prompts_per_length
     while left:
         size = min(left, cfg.batch_size)
-        b = generate(EVAL_SPEC, size, rng, n_pairs=n, task=RETRIEVAL, query_by=BY_COLOR, noise=False)
+        b = generate(EVAL_SPEC, size, rng, n_objects=n, kind=RETRIEVAL, query_by=BY_COLOR, noise=False)
         for i in range(size):
             L = b.answer_pos[i] + 1
             logits = model(torch.from_numpy(b.tokens[i : i + 1, :L]))[0, -1]
@@ -192,7 +192,7 @@ def test_two_order_evaluation_is_recomputed_prompt_by_prompt_from_the_text(tmp_p
             rng, hits, in_order = np.random.default_rng([cfg.seed, n]), 0, []
             spec = StageSpec(216, 216, 32, 2, 32, shuffle=order == "shuffled")
             for size in (5, 5, 2):
-                b = generate(spec, size, rng, n_pairs=n, task=RETRIEVAL, query_by=BY_COLOR, noise=False)
+                b = generate(spec, size, rng, n_objects=n, kind=RETRIEVAL, query_by=BY_COLOR, noise=False)
                 for i in range(size):
                     text = prompt_text(b, i)
                     answer = solve(text)
@@ -327,5 +327,5 @@ def test_stage_params_carry_the_start_task_merged_over_the_stage_task():
     root = Path(__file__).resolve().parents[1]
     config = vlconfig.load([root / "config/config.yaml", root / "config/mini.yaml"])
     params = vlconfig.stage_params(config, "image", "render_cnn")
-    assert params["start"]["task"] == {**params["task"], "max_pairs": 2} and params["start"]["steps"] == 3000
+    assert params["start"]["task"] == {**params["task"], "max_objects": 2} and params["start"]["steps"] == 3000
     assert "start" not in vlconfig.stage_params(config, "mixed", "render_cnn")

@@ -154,7 +154,7 @@ def solve_image_prompt(b, i, objects: pd.DataFrame) -> int:
 @pytest.mark.parametrize("layout", ["per_object", "canvas"])
 def test_image_prompt_answer_recomputed_from_object_table(layout, tmp_path):
     bank = make_bank(tmp_path, layout)
-    spec = StageSpec(n_colors=8, n_shapes=13, n_items=8, min_pairs=2, max_pairs=8, grounding_fraction=0.5,
+    spec = StageSpec(n_colors=8, n_shapes=13, n_items=8, min_objects=2, max_objects=8, grounding_fraction=0.5,
                      image_fraction=1.0)
     b = generate(spec, 300, np.random.default_rng(1), bank=bank, query_by=0)
     assert (b.modality == IMAGE).all()
@@ -162,7 +162,7 @@ def test_image_prompt_answer_recomputed_from_object_table(layout, tmp_path):
         assert solve_image_prompt(b, i, bank.objects) == b.target[i]
         ctx = b.roles[i] == Role.CONTEXT_IMAGE
         assert (b.tokens[i, ctx] == VOCAB.image).all() and (b.image_ids[i, ~ctx] == -1).all()
-        n = b.n_pairs[i]
+        n = b.n_objects[i]
         assert ctx.sum() == (4 * n if layout == "per_object" else 4)
     if layout == "per_object":  # each object's image shows exactly that slot's color and shape
         r, t = np.nonzero(b.roles == Role.CONTEXT_IMAGE)
@@ -182,14 +182,14 @@ def test_image_prompt_answer_recomputed_from_object_table(layout, tmp_path):
 
 def test_mixed_stage_holds_its_image_share(tmp_path):
     bank = make_bank(tmp_path, "per_object")
-    spec = StageSpec(n_colors=8, n_shapes=13, n_items=8, max_pairs=8, image_fraction=0.2)
+    spec = StageSpec(n_colors=8, n_shapes=13, n_items=8, max_objects=8, image_fraction=0.2)
     n, rng = 20000, np.random.default_rng(3)
     share = np.concatenate([generate(spec, 1000, rng, bank=bank).modality for _ in range(n // 1000)]).mean()
     assert abs(share - 0.2) < 4 * math.sqrt(0.2 * 0.8 / n)  # within 4 standard errors
 
 
 @pytest.mark.parametrize("spec, digest", [
-    (StageSpec(max_pairs=8), "b61554db46324e2f"),
+    (StageSpec(max_objects=8), "b61554db46324e2f"),
     (StageSpec(8, 8, 8, 2, 2, shuffle=False, symmetric_fraction=0.5), "838e3259a5c4e4a0"),
     (StageSpec(noise_tokens=100, noise_fraction=0.5, grounding_fraction=0.5, symmetric_fraction=0.5),
      "79f0f2b6a44e2d5d"),
@@ -258,7 +258,7 @@ def test_vision_stage_starts_from_its_parent_exactly(tmp_path):
     for k, v in child.state_dict().items():
         if not k.startswith("projector."):
             assert torch.equal(v, parent_state[k]), k
-    b = generate(StageSpec(max_pairs=4, n_items=8), 16, np.random.default_rng(0))  # text prompts: same logits
+    b = generate(StageSpec(max_objects=4, n_items=8), 16, np.random.default_rng(0))  # text prompts: same logits
     torch.testing.assert_close(answer_logits(child, b, "cpu"), answer_logits(parent, b, "cpu"), rtol=0, atol=0)
     save_model(tmp_path / "image", child, {"stage": "image"}, pd.DataFrame())  # the projector round-trips
     again, _ = load_model(tmp_path / "image")
@@ -278,7 +278,7 @@ def test_injected_nan_is_detected_as_divergence(tmp_path):
                 model.embed.weight[VOCAB.answer].fill_(float("nan"))
 
     cfg = TrainConfig(warmup_steps=1, batch_size=4, eval_every=2, val_size=8, max_steps=20, target_accuracy=None)
-    meta = train_stage(model, StageSpec(max_pairs=2, n_items=8), cfg, tmp_path, stage="image", callback=poison)
+    meta = train_stage(model, StageSpec(max_objects=2, n_items=8), cfg, tmp_path, stage="image", callback=poison)
     assert meta["stopped_because"] == "non_finite_loss" and meta["steps"] == 4
     curve = pd.read_parquet(tmp_path / "metrics.parquet")
     assert "non-finite" in divergence({"text_s1": curve.iloc[:1], "image": curve}, collapse_drop=0.5)
@@ -298,7 +298,7 @@ def test_image_stage_trains_and_resumes_identically(tmp_path, precision):
     """A short image stage runs end to end (features gathered from the bank every step) and is deterministic,
     in float32 and under bf16 autocast (the projector's bf16 output goes into the float32 embeddings)."""
     bank = make_bank(tmp_path, "per_object", dim=6)
-    spec = StageSpec(n_colors=8, n_shapes=13, n_items=8, max_pairs=3, grounding_fraction=0.5, image_fraction=1.0)
+    spec = StageSpec(n_colors=8, n_shapes=13, n_items=8, max_objects=3, grounding_fraction=0.5, image_fraction=1.0)
     cfg = TrainConfig(warmup_steps=2, batch_size=8, eval_every=2, val_size=16, max_steps=6, target_accuracy=None,
                       precision=precision)
     metas = []
@@ -310,7 +310,7 @@ def test_image_stage_trains_and_resumes_identically(tmp_path, precision):
     for k, v in a.state_dict().items():
         assert torch.equal(v, b.state_dict()[k]), k
     assert metas[0]["steps"] == 6 and os.path.exists(tmp_path / "a" / "metrics.parquet")
-    batch = generate(spec, 4, np.random.default_rng(0), bank=bank, task=RETRIEVAL)
+    batch = generate(spec, 4, np.random.default_rng(0), bank=bank, kind=RETRIEVAL)
     assert answer_logits(a, batch, "cpu", precision, bank=bank).shape == (4, a.cfg.vocab_size)
 
 
@@ -372,7 +372,7 @@ def test_image_stage_validates_on_held_out_renderings_only(tmp_path, monkeypatch
 
     monkeypatch.setattr(train, "generate", generate)
     monkeypatch.setattr(train, "validation_set", validation_set)
-    spec = StageSpec(n_colors=8, n_shapes=13, n_items=8, max_pairs=3, grounding_fraction=0.5, image_fraction=1.0)
+    spec = StageSpec(n_colors=8, n_shapes=13, n_items=8, max_objects=3, grounding_fraction=0.5, image_fraction=1.0)
     cfg = TrainConfig(warmup_steps=2, batch_size=16, eval_every=4, val_size=64, max_steps=8, target_accuracy=None)
     train.train_stage(tiny().attach_projector(6), spec, cfg, tmp_path / "run", stage="image", bank=bank)
     assert shown["train"] and shown["val"] and not shown["train"] & shown["val"]

@@ -204,7 +204,7 @@ MALFORMED = [  # (overlay on config.yaml + smoke.yaml, the key its error must na
     ("stages: {image: {task: {n_colors: 12}}}", "stages.image.task.n_colors"),  # the bank renders 8
     ("stages: {mixed: {task: {n_shapes: 20}}}", "stages.mixed.task.n_shapes"),  # 13 shapes exist
     ("stages: {image: {start: {steps: 5, task: {n_colors: 9}}}}", "stages.image.start.task.n_colors"),
-    ("stages: {text_s3: {task: {min_pairs: 9, max_pairs: 8}}}", "stages.text_s3.task"),
+    ("stages: {text_s3: {task: {min_objects: 9, max_objects: 8}}}", "stages.text_s3.task"),
     ("stages: {text_s1: {task: {n_colors: 1}}}", "stages.text_s1.task"),  # fewer colors than objects
     ("stages: {text_s2: {task: {image_fraction: 0.5}}}", "stages.text_s2.task.image_fraction"),
     ("vision: {encoders: [resnet_999]}", "vision.encoders"),
@@ -216,11 +216,18 @@ MALFORMED = [  # (overlay on config.yaml + smoke.yaml, the key its error must na
     ("stages: {text_s1: {task: {n_colour: 8}}}", "n_colour"),
     ("stages: {text_s6: {task: {n_colors: 8}}}", "text_s6"),
     ("stages: {text_s1: {trian: {lr: 0.1}}}", "trian"),
-    ("train: {precision: {tpu: bf16}}", "tpu"),
+    ("precision: {tpu: bf16}", "tpu"),
     ("encoders: {cnn_tiny: {pretrain: {epoch: 2}}}", "epoch"),
     ("interp: {probes: {rigde: 1.0}}", "rigde"),
     ("qwen: {models: {qwen2: {revision: main}}}", "revision"),
     ("resources: {train_gpu: 1}", "train_gpu"),
+    # renamed keys name their new key
+    ("resources: {train_threads: 2}", "resources.threads"),
+    ("train: {precision: {cpu: fp32}}", "precision"),
+    ("stages: {image: {train: {precision: {cpu: fp32}}}}", "precision"),
+    ("qwen: {generation: {thinking: true}}", "qwen.chat.thinking"),
+    ("stages: {text_s3: {task: {max_pairs: 4}}}", "stages.text_s3.task.max_objects"),
+    ("stages: {image: {start: {task: {min_pairs: 2}}}}", "stages.image.start.task.min_objects"),
     # wrong types and values
     ("train: {lr: fast}", "train.lr"),
     ("stages: {text_s4: {train: {queries: some}}}", "stages.text_s4.train.queries"),
@@ -367,7 +374,7 @@ def test_bf16_on_a_cpu_without_bf16_instructions_warns_with_the_key_and_auto_pic
 
     precision = {"cuda": "bf16", "cpu": "bf16"}
     monkeypatch.setattr(device, "cpu_has_bf16", lambda: False)
-    with pytest.warns(UserWarning, match=r"train\.precision\.cpu"):
+    with pytest.warns(UserWarning, match=r"set precision\.cpu"):
         assert device.precision_for(precision, "cpu") == "bf16"
     monkeypatch.setattr(device, "cpu_has_bf16", lambda: True)
     with warnings.catch_warnings():

@@ -1,6 +1,6 @@
 """`python -m vlbind ...`: command-line entry points.
 
-    python -m vlbind sample --stage text_s4 --count 5 --seed 0 [--task retrieval|grounding] [--noise]
+    python -m vlbind sample --stage text_s4 --count 5 --seed 0 [--kind retrieval|grounding] [--noise]
         one prompt per line in the paper's text format, a tab, then the answer token.
     python -m vlbind sample --stage image --bank results/banks/per_object \
                             --features results/features/resnet152/per_object.npy
@@ -34,7 +34,7 @@ def _sample(args) -> int:
         return _counterfactuals(spec, args)
     if args.noise and spec.noise_tokens == 0:
         spec = StageSpec.from_dict({**spec.to_dict(), "noise_tokens": 100})
-    task = {"retrieval": RETRIEVAL, "grounding": GROUNDING}[args.task]
+    kind = {"retrieval": RETRIEVAL, "grounding": GROUNDING}[args.kind]
     by = None if args.query_by == "any" else {"color": BY_COLOR, "shape": BY_SHAPE}[args.query_by]
     bank, modality = None, None
     if args.bank or args.features:
@@ -48,7 +48,7 @@ def _sample(args) -> int:
         print(f"note: stage {args.stage} has image contexts; without --bank/--features its text form is shown",
               file=sys.stderr)
         modality = TEXT
-    batch = generate(spec, args.count, np.random.default_rng(args.seed), task=task, query_by=by,
+    batch = generate(spec, args.count, np.random.default_rng(args.seed), kind=kind, query_by=by,
                      noise=args.noise, modality=modality, bank=bank, materialize_noise=args.noise)
     for i in range(len(batch)):
         print(f"{prompt_text(batch, i)}\t{VOCAB.tokens[batch.target[i]]}")
@@ -62,11 +62,11 @@ def _counterfactuals(spec, args) -> int:
     from .tasks import prompt_text
     from .vocab import VOCAB
 
-    if spec.max_pairs < 5:
-        print(f"error: stage {args.stage} has at most {spec.max_pairs} objects; interchange pairs need 5",
+    if spec.max_objects < 5:
+        print(f"error: stage {args.stage} has at most {spec.max_objects} objects; interchange pairs need 5",
               file=sys.stderr)
         return 2
-    spec = replace(spec, min_pairs=max(5, spec.min_pairs), image_fraction=0.0, noise_tokens=0)
+    spec = replace(spec, min_objects=max(5, spec.min_objects), image_fraction=0.0, noise_tokens=0)
     pairs = make_pairs(args.count, np.random.default_rng(args.seed), spec)
     for i in range(len(pairs)):
         predicted = "\t".join(VOCAB.tokens[t] for t in pairs.predictions[i])
@@ -90,7 +90,7 @@ def main(argv: list[str] | None = None) -> int:
     s.add_argument("--stage", required=True, help="a stage name of the config, e.g. text_s1 .. text_s5, noise_text")
     s.add_argument("--count", type=int, default=5)
     s.add_argument("--seed", type=int, default=0)
-    s.add_argument("--task", choices=["retrieval", "grounding"], default="retrieval")
+    s.add_argument("--kind", choices=["retrieval", "grounding"], default="retrieval")
     s.add_argument("--query-by", choices=["color", "shape", "any"], default="color",
                    help="query direction; 'any' follows the stage's symmetric_fraction")
     s.add_argument("--noise", action="store_true",

@@ -27,6 +27,35 @@ TEXT_STAGES = tuple(s for s in STAGE_PARENTS if s not in VISION_STAGES)
 # Paper variant name -> the stage whose checkpoint it is.
 VARIANT_STAGE = {"text_only": "text_s5", "noise_text": "noise_text", "image_text": "image_text",
                  "noise_image_text": "noise_image_text"}
+# Keys that were renamed: dotted old path (`*` = any name) -> the new key (a bare name: the new name in the
+# same place). A config holding an old key fails naming the new one, not with the schema's "additional
+# properties" message.
+RENAMED = {
+    **{f"stages.*.{where}.{old}_pairs": f"{old}_objects" for where in ("task", "start.task") for old in ("min", "max")},
+    "resources.train_threads": "resources.threads",
+    "resources.train_gpus": "resources.gpus",
+    "qwen.prompts.system_prompt": "qwen.chat.system_prompt",
+    "qwen.generation.thinking": "qwen.chat.thinking",
+    "train.precision": "precision",  # top level: it sets evaluation and the analyses too
+    "stages.*.train.precision": "precision",
+    "qwen.probes.ridge": "qwen.probes.ridges",  # penalties the cross-validation chooses from
+}
+
+
+def _check_renamed(config: dict) -> None:
+    def walk(node, path):
+        if not isinstance(node, dict):
+            return
+        for key, value in node.items():
+            here = [*path, str(key)]
+            for old, new in RENAMED.items():
+                pattern = old.split(".")
+                if len(pattern) == len(here) and all(p in ("*", h) for p, h in zip(pattern, here)):
+                    new_key = new if "." in new or len(here) == 1 else ".".join([*here[:-1], new])
+                    raise ConfigError(f"config key '{'.'.join(here)}' was renamed: use '{new_key}'")
+            walk(value, here)
+
+    walk(config, [])
 
 
 def deep_merge(base: dict, overlay: dict) -> dict:
@@ -40,6 +69,7 @@ def validate(config: dict) -> dict:
     """Check `config` against the schema; raise ConfigError naming the offending key."""
     import jsonschema
 
+    _check_renamed(config)
     schema = _schema()
     errors = sorted(jsonschema.Draft7Validator(schema).iter_errors(config), key=lambda e: list(e.absolute_path))
     if errors:
@@ -106,7 +136,7 @@ def _check_model(config: dict, specs: dict) -> None:
     if m["d_model"] % m["n_heads"] or (m["d_model"] // m["n_heads"]) % 2:
         raise _error("model.d_model", f"{m['d_model']} must split into n_heads={m['n_heads']} heads of even size "
                      f"(RoPE rotates pairs of dimensions): a multiple of {2 * m['n_heads']}")
-    need = {key: max_position(s.max_pairs, s.noise_tokens if s.noise_fraction > 0 else 0)
+    need = {key: max_position(s.max_objects, s.noise_tokens if s.noise_fraction > 0 else 0)
             for key, s in specs.items()}
     need["evaluate.max_objects"] = max_position(config["evaluate"]["max_objects"], 0)
     where, top = max(need.items(), key=lambda kv: kv[1])
@@ -176,8 +206,9 @@ def canonical(value):
 
 
 def stage_train(config: dict, stage: str) -> dict:
-    """The train settings of one stage: the top-level `train` section with the stage's own `train` on top."""
-    return deep_merge(config["train"], config["stages"][stage].get("train", {}))
+    """The train settings of one stage: the top-level `train` section with the stage's own `train` on top, and
+    the top-level `precision` (TrainConfig.precision)."""
+    return {**deep_merge(config["train"], config["stages"][stage].get("train", {})), "precision": config["precision"]}
 
 
 def stage_params(config: dict, stage: str, encoder: str | None = None) -> dict:

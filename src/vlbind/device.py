@@ -22,7 +22,7 @@ def resolve_device(name: str) -> str:
 
 
 def precision_for(precision: dict, device: str) -> str:
-    """The autocast precision a `train.precision` section gives `device` ('cuda:1' -> its 'cuda' entry).
+    """The autocast precision a `precision` section gives `device` ('cuda:1' -> its 'cuda' entry).
     'auto' on a CPU is bf16 where the CPU has native bf16 instructions, else fp32 (emulated bf16 was 7-12x
     slower per training step than fp32 on an AVX2-only CPU; benchmarks-text-arm.md); 'auto' on CUDA is bf16
     where the GPU supports it (Ampere and newer), else fp32.
@@ -33,7 +33,7 @@ def precision_for(precision: dict, device: str) -> str:
         return "bf16" if (cpu_has_bf16() if kind == "cpu" else cuda_has_bf16()) else "fp32"
     if chosen == "bf16" and kind == "cpu" and not cpu_has_bf16():
         warnings.warn("bf16 autocast on a CPU without AVX512-BF16 or AMX is several times slower than fp32; set "
-                      "train.precision.cpu and vision.precision.cpu to auto or fp32 in your config", stacklevel=2)
+                      "precision.cpu and vision.precision.cpu to auto or fp32 in your config", stacklevel=2)
     return chosen
 
 

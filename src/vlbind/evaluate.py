@@ -41,7 +41,7 @@ class EvalConfig:
             raise ValueError("EvalConfig.prompts_per_length and batch_size must be >= 1")
 
 
-EVAL_SPEC = StageSpec(n_colors=216, n_shapes=216, n_items=32, min_pairs=2, max_pairs=32, shuffle=True)
+EVAL_SPEC = StageSpec(n_colors=216, n_shapes=216, n_items=32, min_objects=2, max_objects=32, shuffle=True)
 
 
 @torch.no_grad()
@@ -53,7 +53,7 @@ def evaluate(model: Transformer, cfg: EvalConfig, device="cpu", precision: str =
         spec = in_order(EVAL_SPEC, order)
         for n in range(cfg.min_objects, cfg.max_objects + 1):
             rng = np.random.default_rng([cfg.seed, n])
-            batches = (generate(spec, size, rng, n_pairs=n, task=RETRIEVAL, query_by=BY_COLOR, noise=False)
+            batches = (generate(spec, size, rng, n_objects=n, kind=RETRIEVAL, query_by=BY_COLOR, noise=False)
                        for size in batch_sizes(cfg.prompts_per_length, cfg.batch_size))
             correct, total = count_correct(model, batches, device, precision)
             rows.append({"order": order, "n_objects": n, "correct": correct, "n_prompts": total,

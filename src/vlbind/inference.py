@@ -39,11 +39,11 @@ def answer_logits(model: Transformer, batch: Batch, device, precision: str = "fp
     block's [ANSWER], (B, Q, vocab); with `at` (B, K), at those positions instead (entries -1, the padding
     of answer_pos, give meaningless rows). The last block and the unembedding run there only."""
     tokens, positions, images = model_inputs(batch, device, bank)
-    blocks = None if batch.blocks is None else torch.from_numpy(batch.blocks).to(device)
+    groups = None if batch.groups is None else torch.from_numpy(batch.groups).to(device)
     at = batch.answer_pos if at is None else at
     with autocast(device, precision):
         at = torch.from_numpy(np.maximum(at, 0)).to(tokens.device)
-        logits = model.logits(model.residual(tokens, positions, images, at=at, blocks=blocks))
+        logits = model.logits(model.residual(tokens, positions, images, at=at, groups=groups))
     return logits.float()
 
 

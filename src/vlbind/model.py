@@ -235,7 +235,7 @@ class Transformer(nn.Module):
 
     def residual(self, tokens: torch.Tensor, positions: torch.Tensor | None = None,
                  images: tuple[torch.Tensor, torch.Tensor] | None = None,
-                 at: torch.Tensor | None = None, blocks: torch.Tensor | None = None) -> torch.Tensor:
+                 at: torch.Tensor | None = None, groups: torch.Tensor | None = None) -> torch.Tensor:
         """Residual stream after the last block, (B, T, d_model). positions default to 0..T-1.
 
         images = (mask (B, T) bool, features (M, image_dim)): the projected features replace the
@@ -245,7 +245,7 @@ class Transformer(nn.Module):
         and MLP at those positions alone (a training step needs only the [ANSWER] positions: 1/n_layers less
         work); its hook points see every position as usual when one of them has hooks attached (the full
         last block runs then).
-        blocks (B, T): query blocks of a packed batch (tasks.pack_queries), -1 for the shared prefix. A
+        groups (B, T): query groups of a packed batch (tasks.pack_queries), -1 for the shared prefix. A
         position of block j attends causally to the prefix and to block j only.
         """
         B, T = tokens.shape
@@ -261,7 +261,7 @@ class Transformer(nn.Module):
             if self.projector is None:
                 raise ValueError("image tokens given to a text-only model; attach_projector() first")
             x = x.index_put((mask,), self.projector(features.to(x.dtype)).to(x.dtype))  # bf16 under autocast
-        mask = None if blocks is None else block_mask(blocks)
+        mask = None if groups is None else group_mask(groups)
         *first, last = self.blocks
         for block in first:
             x = block(x, cis, mask=mask)
@@ -306,19 +306,19 @@ class Transformer(nn.Module):
 
     def forward(self, tokens: torch.Tensor, positions: torch.Tensor | None = None,
                 images: tuple[torch.Tensor, torch.Tensor] | None = None,
-                blocks: torch.Tensor | None = None) -> torch.Tensor:
+                groups: torch.Tensor | None = None) -> torch.Tensor:
         """Logits for every position, (B, T, vocab_size)."""
-        return self.logits(self.residual(tokens, positions, images, blocks=blocks))
+        return self.logits(self.residual(tokens, positions, images, groups=groups))
 
     # --- hook API -------------------------------------------------------------------------------
     def residual_with_cache(self, names: Iterable[str], tokens: torch.Tensor, positions: torch.Tensor | None = None,
                        images: tuple[torch.Tensor, torch.Tensor] | None = None,
-                       blocks: torch.Tensor | None = None) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+                       groups: torch.Tensor | None = None) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """(final residual stream (B, T, d), {name: the tensor at hook point `name`, detached}) of one forward
         pass. TransformerLens's run_with_cache returns logits first: here `model.logits(resid)` gives them."""
         cache: dict[str, torch.Tensor] = {}
         with self.hooks([(name, cache_hook(cache)) for name in names]):
-            resid = self.residual(tokens, positions, images, blocks=blocks)
+            resid = self.residual(tokens, positions, images, groups=groups)
         return resid, cache
 
     def hook_points(self) -> dict[str, HookPoint]:
@@ -341,12 +341,12 @@ class Transformer(nn.Module):
                 point.fns.remove(fn)
 
 
-def block_mask(blocks: torch.Tensor) -> torch.Tensor:
-    """(B, 1, T, T) bool [query, key] attention mask of a packed batch: causal, and a key inside a query block
-    (blocks >= 0) is seen only from the same block. blocks (B, T): -1 for the shared prefix."""
-    T = blocks.shape[1]
-    causal = torch.ones(T, T, dtype=torch.bool, device=blocks.device).tril()
-    same = (blocks[:, None, :] < 0) | (blocks[:, None, :] == blocks[:, :, None])
+def group_mask(groups: torch.Tensor) -> torch.Tensor:
+    """(B, 1, T, T) bool [query, key] attention mask of a packed batch: causal, and a key inside a query group
+    (groups >= 0) is seen only from the same group. groups (B, T): -1 for the shared prefix."""
+    T = groups.shape[1]
+    causal = torch.ones(T, T, dtype=torch.bool, device=groups.device).tril()
+    same = (groups[:, None, :] < 0) | (groups[:, None, :] == groups[:, :, None])
     return (causal & same)[:, None]
 
 

@@ -2,7 +2,7 @@
 
 Layout of a retrieval prompt with n objects (compact index t, no noise):
 
-    t = 0..2n-1        context pairs: color shape color shape ...       (object slot p at 2p, 2p+1)
+    t = 0..2n-1        context: color shape color shape ...             (the object in slot p at 2p, 2p+1)
     t = 2n             [CONTEXTEND]
     t = 2n+1+3j        association key (shape; a color when queried by shape) of entry j
     t = 2n+2+3j        association item of entry j, then [SEP] for j < n-1
@@ -14,11 +14,11 @@ every position, the slot it refers to and the bindings (color, shape, item per s
 re-parse text.
 
 Unattendable noise (appendix D.4) is realised as a jump of `noise_tokens` in the RoPE position ids
-between consecutive context pairs: tokens nobody may attend to change nothing but the positions of what
+between consecutive context objects: tokens nobody may attend to change nothing but the positions of what
 follows. `materialize_noise=True` instead writes the [NOISE] tokens out (for display and for the test that
 proves both realisations equal when noise keys are masked).
 
-Dense supervision (`pack_queries`, not in the paper): one sequence holds a context once and a query block for
+Dense supervision (`pack_queries`, not in the paper): one sequence holds a context once and a query group for
 each of its objects; the model's block mask makes every block exactly one prompt of the paper's distribution.
 
 Everything is vectorised over the batch with numpy; randomness comes only from the `rng` argument.
@@ -54,7 +54,7 @@ class Role(IntEnum):
     CONTEXT_IMAGE = 11  # an image patch token; its slot is the object it shows (-1: background)
 
 
-RETRIEVAL, GROUNDING = 0, 1
+RETRIEVAL, GROUNDING = 0, 1  # prompt kinds (Batch.kind): with an association list, or grounding only
 BY_COLOR, BY_SHAPE = 0, 1
 TEXT, IMAGE = 0, 1  # modality of a prompt's context
 
@@ -69,12 +69,12 @@ class StageSpec:
     n_colors: int = 216
     n_shapes: int = 216
     n_items: int = 32
-    min_pairs: int = 2
-    max_pairs: int = 8
+    min_objects: int = 2
+    max_objects: int = 8
     shuffle: bool = True  # association list in random order (stage 4); else in context order
     grounding_fraction: float = 0.0  # share of prompts that are feature grounding
     symmetric_fraction: float = 0.0  # share queried by shape (items then sit on colors)
-    noise_tokens: int = 0  # unattendable noise tokens between consecutive context pairs
+    noise_tokens: int = 0  # unattendable noise tokens between consecutive context objects
     noise_fraction: float = 1.0  # share of prompts that carry noise when noise_tokens > 0
     image_fraction: float = 0.0  # share of prompts whose context is images (D.6: 1.0, D.7 mixed: 0.2)
 
@@ -84,12 +84,13 @@ class StageSpec:
             value = getattr(self, key)
             if not 1 <= value <= hi:
                 raise ValueError(f"StageSpec.{key}={value} must lie in 1..{hi}")
-        if not 1 <= self.min_pairs <= self.max_pairs:
-            raise ValueError(f"StageSpec needs 1 <= min_pairs <= max_pairs, got {self.min_pairs}, {self.max_pairs}")
+        if not 1 <= self.min_objects <= self.max_objects:
+            raise ValueError(f"StageSpec needs 1 <= min_objects <= max_objects, got {self.min_objects}, "
+                             f"{self.max_objects}")
         for key in ("n_colors", "n_shapes", "n_items"):
-            if getattr(self, key) < self.max_pairs:
-                raise ValueError(f"StageSpec.{key}={getattr(self, key)} is smaller than max_pairs={self.max_pairs}: "
-                                 "objects in a prompt need distinct tokens")
+            if getattr(self, key) < self.max_objects:
+                raise ValueError(f"StageSpec.{key}={getattr(self, key)} is smaller than max_objects="
+                                 f"{self.max_objects}: objects in a prompt need distinct tokens")
         for key in ("grounding_fraction", "symmetric_fraction", "noise_fraction", "image_fraction"):
             if not 0.0 <= getattr(self, key) <= 1.0:
                 raise ValueError(f"StageSpec.{key}={getattr(self, key)} must lie in [0, 1]")
@@ -114,11 +115,11 @@ def in_order(spec: StageSpec, order: str) -> StageSpec:
     return replace(spec, shuffle=order == "shuffled")
 
 
-def max_position(n_pairs: int, noise_tokens: int = 0) -> int:
-    """The largest RoPE position id of a text retrieval prompt with `n_pairs` objects and `noise_tokens`
-    noise positions between consecutive context pairs (the layout in the module docstring): the model's
+def max_position(n_objects: int, noise_tokens: int = 0) -> int:
+    """The largest RoPE position id of a text retrieval prompt with `n_objects` objects and `noise_tokens`
+    noise positions between consecutive context objects (the layout in the module docstring): the model's
     max_positions must exceed it. Image contexts carry no noise; their length depends on the encoder."""
-    return 5 * n_pairs + 2 + noise_tokens * (n_pairs - 1)
+    return 5 * n_objects + 2 + noise_tokens * (n_objects - 1)
 
 
 @dataclass
@@ -131,21 +132,21 @@ class Batch:
     slots: np.ndarray  # (B, T) int8, object slot a position refers to, -1 for none
     answer_pos: np.ndarray  # (B,) index of [ANSWER] in `tokens`
     target: np.ndarray  # (B,) token id the model must predict at [ANSWER]
-    n_pairs: np.ndarray  # (B,)
-    colors: np.ndarray  # (B, P) color token id of slot p, -1 beyond n_pairs
+    n_objects: np.ndarray  # (B,)
+    colors: np.ndarray  # (B, P) color token id of slot p, -1 beyond n_objects
     shapes: np.ndarray  # (B, P)
     items: np.ndarray  # (B, P) item bound to slot p
-    association_order: np.ndarray  # (B, P) slot of association entry j, -1 beyond n_pairs
+    association_order: np.ndarray  # (B, P) slot of association entry j, -1 beyond n_objects
     query_slot: np.ndarray  # (B,)
-    task: np.ndarray  # (B,) RETRIEVAL or GROUNDING
+    kind: np.ndarray  # (B,) RETRIEVAL or GROUNDING: the prompt's kind
     query_by: np.ndarray  # (B,) BY_COLOR or BY_SHAPE
-    noise: np.ndarray  # (B,) noise tokens per gap between context pairs
+    noise: np.ndarray  # (B,) noise tokens per gap between context objects
     modality: np.ndarray  # (B,) TEXT or IMAGE context
     image_ids: np.ndarray  # (B, T) int64 image-bank row shown at a position, -1 for text positions
     patches: np.ndarray  # (B, T) int64 patch index within that image, -1 for text positions
-    # Packed batches only (pack_queries): (B, T) query block of each position, -1 for the shared prefix and
+    # Packed batches only (pack_queries): (B, T) query group of each position, -1 for the shared prefix and
     # padding; answer_pos, target and query_slot are then (B, Q), -1 where a prompt has fewer than Q queries.
-    blocks: np.ndarray | None = None
+    groups: np.ndarray | None = None
 
     def __len__(self) -> int:
         return len(self.target)
@@ -155,27 +156,28 @@ class Batch:
         return Batch(**{k: None if v is None else v[keep] for k, v in vars(self).items()})
 
 
-def generate(spec: StageSpec, batch_size: int, rng: np.random.Generator, *, n_pairs: int | None = None,
-             task: int | None = None, query_by: int | None = None, noise: bool | None = None,
+def generate(spec: StageSpec, batch_size: int, rng: np.random.Generator, *, n_objects: int | None = None,
+             kind: int | None = None, query_by: int | None = None, noise: bool | None = None,
              modality: int | None = None, bank: ImageBank | None = None, materialize_noise: bool = False,
              vocab: Vocab = VOCAB) -> Batch:
     """Sample `batch_size` prompts from `spec`.
 
-    Keyword overrides fix what is otherwise random: the number of objects (may exceed max_pairs, for
-    evaluation), the task, the query direction, whether noise is inserted and the context's modality.
-    Image contexts (appendix C) replace the context pairs by the patch tokens of images from `bank`: one
-    image per object (per_object layout) or one canvas holding every object (canvas layout, which then
+    Keyword overrides fix what is otherwise random: the number of objects (may exceed max_objects, for
+    evaluation), the prompt kind (RETRIEVAL / GROUNDING), the query direction, whether noise is inserted and
+    the context's modality.
+    Image contexts (appendix C) replace the context's color and shape tokens by the patch tokens of images
+    from `bank`: one image per object (per_object layout) or one canvas holding every object (canvas layout, which then
     decides the prompt's colors and shapes); association list and query stay text. Image contexts carry
     no noise.
     """
-    B, P = batch_size, spec.max_pairs if n_pairs is None else n_pairs
-    if n_pairs is None:
-        n = rng.integers(spec.min_pairs, spec.max_pairs + 1, size=B)
+    B, P = batch_size, spec.max_objects if n_objects is None else n_objects
+    if n_objects is None:
+        n = rng.integers(spec.min_objects, spec.max_objects + 1, size=B)
     else:
         for key in ("n_colors", "n_shapes", "n_items"):
-            if getattr(spec, key) < n_pairs:
-                raise ValueError(f"n_pairs={n_pairs} needs {key} >= {n_pairs}, spec has {getattr(spec, key)}")
-        n = np.full(B, n_pairs)
+            if getattr(spec, key) < n_objects:
+                raise ValueError(f"n_objects={n_objects} needs {key} >= {n_objects}, spec has {getattr(spec, key)}")
+        n = np.full(B, n_objects)
     color_idx = _distinct(rng, B, spec.n_colors, P)
     shape_idx = _distinct(rng, B, spec.n_shapes, P)
     items = vocab.item_offset + _distinct(rng, B, spec.n_items, P)
@@ -187,7 +189,7 @@ def generate(spec: StageSpec, batch_size: int, rng: np.random.Generator, *, n_pa
         order = np.broadcast_to(np.arange(P), (B, P)).copy()
     order[~valid] = -1
     query_slot = (rng.random(B) * n).astype(np.int64)
-    task_ = _choice(rng, B, spec.grounding_fraction, task, GROUNDING, RETRIEVAL)
+    kind_ = _choice(rng, B, spec.grounding_fraction, kind, GROUNDING, RETRIEVAL)
     by = _choice(rng, B, spec.symmetric_fraction, query_by, BY_SHAPE, BY_COLOR)
     noisy = rng.random(B) < spec.noise_fraction if noise is None else np.full(B, bool(noise))
     if modality is None and spec.image_fraction == 0:
@@ -211,29 +213,29 @@ def generate(spec: StageSpec, batch_size: int, rng: np.random.Generator, *, n_pa
     colors = np.where(valid, vocab.color_offset + color_idx, -1)
     shapes = np.where(valid, vocab.shape_offset + shape_idx, -1)
     items[~valid] = -1
-    batch = assemble(n, colors, shapes, items, order, query_slot, task_, by, gap, modal, picture, bank, vocab)
+    batch = assemble(n, colors, shapes, items, order, query_slot, kind_, by, gap, modal, picture, bank, vocab)
     return _materialize(batch, vocab) if materialize_noise else batch
 
 
-def assemble(n, colors, shapes, items, order, query_slot, task, query_by, gap, modality=None, picture=None,
+def assemble(n, colors, shapes, items, order, query_slot, kind, query_by, gap, modality=None, picture=None,
              bank: ImageBank | None = None, vocab: Vocab = VOCAB) -> Batch:
     """Lay out prompts from their bindings (the inverse of reading a Batch's binding fields).
 
     colors / shapes / items: (B, P) token ids per slot, -1 beyond n; order: (B, P) slot of each association
-    entry; gap: noise positions between context pairs. Image contexts (modality IMAGE) need `picture`,
+    entry; gap: noise positions between context objects. Image contexts (modality IMAGE) need `picture`,
     the bank row per slot (per_object) or per prompt in column 0 (canvas). `generate` samples the
     bindings; analyses call this directly to build counterfactual prompts.
     """
     B, P = colors.shape
     modality = np.full(B, TEXT, dtype=np.int64) if modality is None else modality
     pictured = modality == IMAGE
-    task_, by, q = task, query_by, query_slot  # short names for the layout arithmetic below
+    kind_, by, q = kind, query_by, query_slot  # short names for the layout arithmetic below
     valid = np.arange(P)[None, :] < n[:, None]
     K = bank.tokens_per_image if bank is not None else 0
     pictured_ctx = K if bank is not None and bank.layout == "canvas" else K * n  # one canvas, or an image per object
     ctx = np.where(pictured, pictured_ctx, 2 * n)
 
-    listed = task_ != GROUNDING  # prompts with an association list
+    listed = kind_ != GROUNDING  # prompts with an association list
     length = np.where(listed, ctx + 3 * n + 3, ctx + 4)
     T = int(length.max())
     rows = np.arange(B)
@@ -272,7 +274,7 @@ def assemble(n, colors, shapes, items, order, query_slot, task, query_by, gap, m
 
     answer_pos = length - 1
     put(rows, answer_pos - 2, vocab.question, Role.QUESTION)
-    query, target = _query_target(colors, shapes, items, task_, by, q[:, None])
+    query, target = _query_target(colors, shapes, items, kind_, by, q[:, None])
     put(rows, answer_pos - 1, query[:, 0], Role.QUERY, q)
     put(rows, answer_pos, vocab.answer, Role.ANSWER)
     target = target[:, 0]
@@ -280,34 +282,34 @@ def assemble(n, colors, shapes, items, order, query_slot, task, query_by, gap, m
     t = np.arange(T)[None, :]
     positions = t + gap[:, None] * np.minimum(t // 2, n[:, None] - 1)
     batch = Batch(tokens, positions, roles, slots, answer_pos, target, n, colors, shapes, items, order,
-                  q, task_, by, gap, modality, image_ids, patches)
+                  q, kind_, by, gap, modality, image_ids, patches)
     return batch
 
 
-def _query_target(colors, shapes, items, task, query_by, slots) -> tuple[np.ndarray, np.ndarray]:
+def _query_target(colors, shapes, items, kind, query_by, slots) -> tuple[np.ndarray, np.ndarray]:
     """(query token, target token) of querying slots (B, Q) of each prompt, (B, Q) each."""
     def at(a):
         return np.take_along_axis(a, slots, axis=1)
-    by_color, task = (query_by == BY_COLOR)[:, None], task[:, None]
+    by_color, kind = (query_by == BY_COLOR)[:, None], kind[:, None]
     attribute = np.where(by_color, at(colors), at(shapes))  # the queried object's attribute
     linked = np.where(by_color, at(shapes), at(colors))  # its other one: the association key
-    return attribute, np.where(task == GROUNDING, linked, at(items))
+    return attribute, np.where(kind == GROUNDING, linked, at(items))
 
 
 def pack_queries(batch: Batch, vocab: Vocab = VOCAB) -> Batch:
     """Every object of each prompt queried in one sequence (dense supervision; not in the paper).
 
-    The shared prefix (everything before [QUESTION]) is followed by n query blocks `[QUESTION] q_p [ANSWER]`,
-    p = 0..n-1, each at the RoPE positions of the prompt's single query block. `blocks` marks each position's
+    The shared prefix (everything before [QUESTION]) is followed by n query groups `[QUESTION] q_p [ANSWER]`,
+    p = 0..n-1, each at the RoPE positions of the prompt's single query group. `groups` marks each position's
     block; the model lets a block attend to the prefix and to itself only (Transformer.residual), so block p
     is exactly the prompt that queries slot p. answer_pos, target and query_slot become (B, Q), Q = the
     largest n, -1 where a prompt has fewer objects.
     """
-    if batch.blocks is not None:
+    if batch.groups is not None:
         raise ValueError("pack_queries: the batch is packed already")
     B, T = batch.tokens.shape
-    n = batch.n_pairs
-    prefix = batch.answer_pos - 2  # length of the shared prefix; the single query block follows it
+    n = batch.n_objects
+    prefix = batch.answer_pos - 2  # length of the shared prefix; the single query group follows it
     Q, Tp = int(n.max()), int((prefix + 3 * n).max())
     t = np.arange(Tp)[None, :]
     shared = t < prefix[:, None]
@@ -318,23 +320,23 @@ def pack_queries(batch: Batch, vocab: Vocab = VOCAB) -> Batch:
 
     tokens, roles, slots = copy(batch.tokens, vocab.pad), copy(batch.roles, Role.PAD), copy(batch.slots, -1)
     image_ids, patches, positions = copy(batch.image_ids, -1), copy(batch.patches, -1), copy(batch.positions, 0)
-    blocks = np.full((B, Tp), -1, dtype=np.int8)
+    groups = np.full((B, Tp), -1, dtype=np.int8)
 
     p = np.broadcast_to(np.arange(Q), (B, Q))
     has = p < n[:, None]
-    query, target = _query_target(batch.colors, batch.shapes, batch.items, batch.task, batch.query_by,
+    query, target = _query_target(batch.colors, batch.shapes, batch.items, batch.kind, batch.query_by,
                                   np.where(has, p, 0))
     r, j = np.nonzero(has)
     start = prefix[r] + 3 * j
     for k, (tok, role) in enumerate([(vocab.question, Role.QUESTION), (query[r, j], Role.QUERY),
                                      (vocab.answer, Role.ANSWER)]):
-        tokens[r, start + k], roles[r, start + k], blocks[r, start + k] = tok, role, j
+        tokens[r, start + k], roles[r, start + k], groups[r, start + k] = tok, role, j
         positions[r, start + k] = batch.positions[r, prefix[r] + k]
     slots[r, start + 1] = j
     answer_pos = np.where(has, prefix[:, None] + 3 * p + 2, -1)
     return replace(batch, tokens=tokens, positions=positions, roles=roles, slots=slots, image_ids=image_ids,
                    patches=patches, answer_pos=answer_pos, target=np.where(has, target, -1),
-                   query_slot=np.where(has, p, -1), blocks=blocks)
+                   query_slot=np.where(has, p, -1), groups=groups)
 
 
 def batch_sizes(total: int, size: int) -> list[int]:

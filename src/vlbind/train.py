@@ -127,7 +127,7 @@ def binding_targets(batch: Batch) -> tuple[np.ndarray, np.ndarray]:
     attribute a query names for its object (its color when the list is keyed by shapes); -1 elsewhere."""
     B, P = batch.colors.shape
     pos = np.full((B, P), -1)
-    r, t = np.nonzero((batch.roles == Role.ASSOCIATION_ITEM) & (batch.task == RETRIEVAL)[:, None])
+    r, t = np.nonzero((batch.roles == Role.ASSOCIATION_ITEM) & (batch.kind == RETRIEVAL)[:, None])
     pos[r, np.concatenate([np.arange(c) for c in np.bincount(r, minlength=B)])] = t
     slot = batch.slots[np.arange(B)[:, None], np.maximum(pos, 0)]
     named = np.where((batch.query_by == BY_COLOR)[:, None], batch.colors, batch.shapes)
@@ -222,9 +222,9 @@ def train_stage(model: Transformer, spec: StageSpec, cfg: TrainConfig, out_dir: 
             best_acc, best_step = acc, step
             best_state = {k: v.detach().clone() for k, v in model.state_dict().items()}
         log.info("%s step %d/%d objects %d..%d loss %.4f val_acc %.4f best %.4f@%d | %.1f steps/s, %.0f tok/s, "
-                 "ETA to cap %s", stage, step, cfg.max_steps, spec.min_pairs, spec.max_pairs, history[-1]["train_loss"],
-                 acc, best_acc, best_step, rate, rate * cfg.batch_size * batch.tokens.shape[1],
-                 _eta((cfg.max_steps - step) / max(rate, 1e-9)))
+                 "ETA to cap %s", stage, step, cfg.max_steps, spec.min_objects, spec.max_objects,
+                 history[-1]["train_loss"], acc, best_acc, best_step, rate,
+                 rate * cfg.batch_size * batch.tokens.shape[1], _eta((cfg.max_steps - step) / max(rate, 1e-9)))
         if not history[-1]["finite"]:
             reason = "non_finite_loss"
             break

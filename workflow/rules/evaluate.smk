@@ -13,13 +13,13 @@ rule evaluate:
         "results/benchmarks/evaluate/{variant}/{run}.tsv"
     conda:
         "../envs/vlbind.yaml"
-    threads: config["resources"]["train_threads"]
+    threads: config["resources"]["threads"]
     resources:
-        gpu=config["resources"]["train_gpus"],
+        gpu=config["resources"]["gpus"],
     params:
         evaluate=vlconfig.canonical(config["evaluate"]),
         divergence=vlconfig.canonical(config["divergence"]),
         device=config["device"],
-        precision=vlconfig.canonical(config["train"]["precision"]),
+        precision=vlconfig.canonical(config["precision"]),
     script:
         "../../scripts/evaluate.py"

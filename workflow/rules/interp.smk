@@ -14,9 +14,9 @@ rule analyze:
         analysis="|".join(ANALYSES),
     conda:
         "../envs/vlbind.yaml"
-    threads: config["resources"]["train_threads"]
+    threads: config["resources"]["threads"]
     resources:
-        gpu=config["resources"]["train_gpus"],
+        gpu=config["resources"]["gpus"],
     params:
         settings=lambda wc: vlconfig.canonical(config["interp"][wc.analysis]),
         order=config["interp"]["order"],

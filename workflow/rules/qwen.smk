@@ -13,10 +13,10 @@ rule qwen_retrieval:
         task="direct|indirect",
     conda:
         "../envs/vlbind.yaml"
-    threads: config["resources"]["train_threads"]
+    threads: config["resources"]["threads"]
     resources:
-        gpu=config["resources"]["train_gpus"],
-        runtime=config["resources"]["train_runtime_min"],
+        gpu=config["resources"]["gpus"],
+        runtime=QWEN["runtime_min"],
         mem_mb=QWEN["mem_mb"],
     params:
         model=lambda wc: vlconfig.canonical(QWEN["models"][wc.model]),
@@ -70,10 +70,10 @@ rule qwen_binding:
         "results/benchmarks/qwen/binding/{model}.tsv"
     conda:
         "../envs/vlbind.yaml"
-    threads: config["resources"]["train_threads"]
+    threads: config["resources"]["threads"]
     resources:
-        gpu=config["resources"]["train_gpus"],
-        runtime=config["resources"]["train_runtime_min"],
+        gpu=config["resources"]["gpus"],
+        runtime=QWEN["runtime_min"],
         mem_mb=QWEN["mem_mb"],
     params:
         model=lambda wc: vlconfig.canonical(QWEN["models"][wc.model]),
@@ -115,10 +115,10 @@ rule qwen_probes:
         "results/benchmarks/qwen/probes/{model}.tsv"
     conda:
         "../envs/vlbind.yaml"
-    threads: config["resources"]["train_threads"]
+    threads: config["resources"]["threads"]
     resources:
-        gpu=config["resources"]["train_gpus"],
-        runtime=config["resources"]["train_runtime_min"],
+        gpu=config["resources"]["gpus"],
+        runtime=QWEN["runtime_min"],
         mem_mb=QWEN["mem_mb"],
     params:
         model=lambda wc: vlconfig.canonical(QWEN["models"][wc.model]),

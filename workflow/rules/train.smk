@@ -20,9 +20,9 @@ rule train_text:
     priority: 10  # the training path first; analyses fill in the gaps
     conda:
         "../envs/vlbind.yaml"
-    threads: config["resources"]["train_threads"]
+    threads: config["resources"]["threads"]
     resources:
-        gpu=config["resources"]["train_gpus"],
+        gpu=config["resources"]["gpus"],
         runtime=config["resources"]["train_runtime_min"],
         mem_mb=config["resources"]["train_mem_mb"],
     params:
@@ -49,9 +49,9 @@ rule train_vision:
     priority: 10  # the training path first; analyses fill in the gaps
     conda:
         "../envs/vlbind.yaml"
-    threads: config["resources"]["train_threads"]
+    threads: config["resources"]["threads"]
     resources:
-        gpu=config["resources"]["train_gpus"],
+        gpu=config["resources"]["gpus"],
         runtime=config["resources"]["train_runtime_min"],
         mem_mb=config["resources"]["train_mem_mb"],
     params:

@@ -29,16 +29,16 @@ rule pretrain_encoder:
     priority: 10
     conda:
         "../envs/vlbind.yaml"
-    threads: config["resources"]["train_threads"]
+    threads: config["resources"]["threads"]
     resources:
-        gpu=config["resources"]["train_gpus"],
+        gpu=config["resources"]["gpus"],
         runtime=config["resources"]["train_runtime_min"],
         mem_mb=config["resources"]["train_mem_mb"],
     params:
         encoder=lambda wc: vlconfig.encoder_spec(config, wc.encoder),
         size=config["render"]["size"],
         n_colors=config["render"]["n_colors"],
-        precision=vlconfig.canonical(config["train"]["precision"]),
+        precision=vlconfig.canonical(config["precision"]),
         device=config["device"],
     script:
         "../../scripts/pretrain_encoder.py"
@@ -59,9 +59,9 @@ rule extract_features:
     priority: 10  # the training path first; analyses fill in the gaps
     conda:
         "../envs/vlbind.yaml"
-    threads: config["resources"]["train_threads"]
+    threads: config["resources"]["threads"]
     resources:
-        gpu=config["resources"]["train_gpus"],
+        gpu=config["resources"]["gpus"],
         runtime=config["resources"]["train_runtime_min"],
         mem_mb=config["resources"]["train_mem_mb"],
     params:

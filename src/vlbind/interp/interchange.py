@@ -39,7 +39,7 @@ from ..tasks import BY_COLOR, RETRIEVAL, Batch, StageSpec, assemble, generate, i
 MECHANISMS = ("positional", "color_key", "shape_key", "reflexive", "no_effect")
 LABELS = (*MECHANISMS, "mixed")
 # Text prompts of the full vocabulary with 5..8 objects (five distinct slots); sweep() sets the list's order.
-INTERCHANGE_SPEC = StageSpec(n_colors=216, n_shapes=216, n_items=32, min_pairs=5, max_pairs=8, shuffle=True)
+INTERCHANGE_SPEC = StageSpec(n_colors=216, n_shapes=216, n_items=32, min_objects=5, max_objects=8, shuffle=True)
 
 
 @dataclass
@@ -55,13 +55,13 @@ class Pairs:
 
 def make_pairs(batch_size: int, rng: np.random.Generator, spec: StageSpec = INTERCHANGE_SPEC) -> Pairs:
     """Original prompts (query by color, no noise) and their counterfactuals, built as the module says."""
-    if spec.min_pairs < 5:
+    if spec.min_objects < 5:
         raise ValueError(f"interchange pairs need >= 5 objects per prompt (five distinct slots), spec has "
-                         f"min_pairs={spec.min_pairs}")
-    o = generate(spec, batch_size, rng, task=RETRIEVAL, query_by=BY_COLOR, noise=False)
+                         f"min_objects={spec.min_objects}")
+    o = generate(spec, batch_size, rng, kind=RETRIEVAL, query_by=BY_COLOR, noise=False)
     B, P = o.colors.shape
     rows = np.arange(B)
-    keys = np.where(np.arange(P)[None, :] < o.n_pairs[:, None], rng.random((B, P)), 2.0)
+    keys = np.where(np.arange(P)[None, :] < o.n_objects[:, None], rng.random((B, P)), 2.0)
     keys[rows, o.query_slot] = -1.0  # q first, then four other distinct slots
     q, c, w, x, s = np.argsort(keys, axis=1)[:, :5].T
     colors, shapes, items = o.colors.copy(), o.shapes.copy(), o.items.copy()
@@ -70,7 +70,7 @@ def make_pairs(batch_size: int, rng: np.random.Generator, spec: StageSpec = INTE
     # items follow shapes: slot c now shows shape x, which gets item s; slot x shows shape c (keeps item c);
     # shape s (still at slot s) gets item x
     items[rows, c], items[rows, x], items[rows, s] = o.items[rows, s], o.items[rows, c], o.items[rows, x]
-    cf = assemble(o.n_pairs, colors, shapes, items, o.association_order, c, o.task, o.query_by, o.noise)
+    cf = assemble(o.n_objects, colors, shapes, items, o.association_order, c, o.kind, o.query_by, o.noise)
     predictions = np.stack([o.items[rows, c], o.items[rows, w], o.items[rows, x], o.items[rows, s],
                             o.items[rows, q]], axis=1)
     return Pairs(o, cf, np.stack([q, c, w, x, s], axis=1), predictions)
@@ -129,7 +129,7 @@ def item_argmax(logits: torch.Tensor, batch: Batch) -> np.ndarray:
 
 
 @torch.no_grad()
-def sweep(model: Transformer, n_pairs: int, seed: int, batch_size: int = 128, device="cpu",
+def sweep(model: Transformer, n_objects: int, seed: int, batch_size: int = 128, device="cpu",
           layers: list[int] | None = None, order: str = "shuffled") -> tuple[pd.DataFrame, dict]:
     """Label shares per layer: tidy rows (layer, label, fraction, count), on pairs whose association lists are
     in `order` (tasks.ORDERS). Returns (table, info) where info counts generated, kept and dropped pairs."""
@@ -141,8 +141,8 @@ def sweep(model: Transformer, n_pairs: int, seed: int, batch_size: int = 128, de
     spec = in_order(INTERCHANGE_SPEC, order)
     counts = np.zeros((len(layers), len(LABELS)), dtype=np.int64)
     generated = kept = 0
-    while generated < n_pairs:
-        pairs = make_pairs(min(batch_size, n_pairs - generated), rng, spec)
+    while generated < n_objects:
+        pairs = make_pairs(min(batch_size, n_objects - generated), rng, spec)
         generated += len(pairs)
         o, cf = pairs.original, pairs.counterfactual
         cf_resid = answer_residuals(model, cf, read, device)

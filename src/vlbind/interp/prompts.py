@@ -7,7 +7,7 @@ import numpy as np
 from ..tasks import BY_COLOR, RETRIEVAL, Batch, Role, StageSpec, batch_sizes, generate, in_order
 
 # Text prompts of <= 8 objects queried by color, as the paper analyses (full vocabulary; order: an argument).
-ANALYSIS_SPEC = StageSpec(n_colors=216, n_shapes=216, n_items=32, min_pairs=2, max_pairs=8, shuffle=True)
+ANALYSIS_SPEC = StageSpec(n_colors=216, n_shapes=216, n_items=32, min_objects=2, max_objects=8, shuffle=True)
 ROLES = {"context color": Role.CONTEXT_COLOR, "context shape": Role.CONTEXT_SHAPE,
          "association shape": Role.ASSOCIATION_KEY, "association item": Role.ASSOCIATION_ITEM,
          "query": Role.QUERY, "answer": Role.ANSWER}
@@ -18,7 +18,7 @@ def analysis_prompts(n: int, seed: int, batch_size: int = 256, order: str = "shu
     (tasks.ORDERS), in batches of `batch_size`."""
     rng = np.random.default_rng([seed, 0x40])
     spec = in_order(ANALYSIS_SPEC, order)
-    return [generate(spec, size, rng, task=RETRIEVAL, query_by=BY_COLOR, noise=False)
+    return [generate(spec, size, rng, kind=RETRIEVAL, query_by=BY_COLOR, noise=False)
             for size in batch_sizes(n, batch_size)]
 
 
