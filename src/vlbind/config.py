@@ -27,11 +27,11 @@ TEXT_STAGES = tuple(s for s in STAGE_PARENTS if s not in VISION_STAGES)
 # Paper variant name -> the stage whose checkpoint it is.
 VARIANT_STAGE = {"text_only": "text_s5", "noise_text": "noise_text", "image_text": "image_text",
                  "noise_image_text": "noise_image_text"}
-# Keys that were renamed: dotted old path (`*` = any name) -> the new key (a bare name: the new name in the
-# same place). A config holding an old key fails naming the new one, not with the schema's "additional
-# properties" message.
+# Keys that were renamed: dotted old path -> the new key (`*` = any name, the same in both). A config holding an
+# old key fails naming the new one, not with the schema's "additional properties" message.
 RENAMED = {
-    **{f"stages.*.{where}.{old}_pairs": f"{old}_objects" for where in ("task", "start.task") for old in ("min", "max")},
+    **{f"stages.*.{where}.{old}_pairs": f"stages.*.{where}.{old}_objects" for where in ("task", "start.task")
+       for old in ("min", "max")},
     "resources.train_threads": "resources.threads",
     "resources.train_gpus": "resources.gpus",
     "qwen.prompts.system_prompt": "qwen.chat.system_prompt",
@@ -51,7 +51,7 @@ def _check_renamed(config: dict) -> None:
             for old, new in RENAMED.items():
                 pattern = old.split(".")
                 if len(pattern) == len(here) and all(p in ("*", h) for p, h in zip(pattern, here)):
-                    new_key = new if "." in new or len(here) == 1 else ".".join([*here[:-1], new])
+                    new_key = ".".join(here[i] if part == "*" else part for i, part in enumerate(new.split(".")))
                     raise ConfigError(f"config key '{'.'.join(here)}' was renamed: use '{new_key}'")
             walk(value, here)
 
