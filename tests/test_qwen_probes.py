@@ -54,7 +54,7 @@ def planted(n=300, d=40, layers=3, seed=0):
 def test_the_dual_ridge_equals_the_scratch_models_primal_ridge():
     x, y = planted()
     for ridge in (0.5, 50.0):
-        dual = ridge_accuracy(x[:, :200], y[:200], x[:, 200:], y[200:], [ridge])[0]
+        dual = ridge_accuracy(x[:, :200], y[:200], x[:, 200:], y[200:], [ridge])[0][0]
         primal, _ = fit_and_score(x[:, :200], y[:200], x[:, 200:], y[200:], ProbeConfig(ridge=ridge))
         np.testing.assert_allclose(dual, primal)
 

@@ -60,23 +60,33 @@ def collect(model: Transformer, batches: list[Batch], device="cpu") -> dict[str,
             for role in PROBE_ROLES}
 
 
-def fit_and_score(x_train: np.ndarray, y_train: np.ndarray, x_test: np.ndarray, y_test: np.ndarray,
-                  cfg: ProbeConfig = ProbeConfig()) -> tuple[np.ndarray, float]:
-    """Ridge-classifier probes, one per leading index of x (L, N, d). Returns (held-out accuracy per probe
-    (L,), chance = accuracy of the most frequent training label on the test set)."""
+def ridge_inputs(x_train: np.ndarray, y_train: np.ndarray, x_test: np.ndarray, y_test: np.ndarray):
+    """What a ridge-classifier probe solves with, shared by the primal (fit_and_score) and the dual
+    (qwen.probes) solution: features (L, N, d) as float64, standardised by the training rows' mean and std
+    and given a ones column (the bias); one-hot training labels (N, classes); test labels as class indices
+    (-1 for a label never seen in training, which can't be hit); chance = held-out accuracy of the most
+    frequent training label."""
     classes, y_tr = np.unique(y_train, return_inverse=True)
     index = {c: i for i, c in enumerate(classes)}
-    y_te = np.array([index.get(c, -1) for c in y_test])  # a test label never seen in training can't be hit
+    y_te = np.array([index.get(c, -1) for c in y_test])
     xt, xe = torch.as_tensor(x_train, dtype=torch.float64), torch.as_tensor(x_test, dtype=torch.float64)
     mean, std = xt.mean(1, keepdim=True), xt.std(1, keepdim=True) + 1e-6
     ones = lambda x: torch.cat([x, torch.ones(*x.shape[:2], 1, dtype=x.dtype)], dim=-1)  # noqa: E731
     xt, xe = ones((xt - mean) / std), ones((xe - mean) / std)
     onehot = torch.nn.functional.one_hot(torch.as_tensor(y_tr), len(classes)).to(xt.dtype)
+    chance = float((y_te == np.bincount(y_tr).argmax()).mean())
+    return xt, onehot, xe, y_te, chance
+
+
+def fit_and_score(x_train: np.ndarray, y_train: np.ndarray, x_test: np.ndarray, y_test: np.ndarray,
+                  cfg: ProbeConfig = ProbeConfig()) -> tuple[np.ndarray, float]:
+    """Ridge-classifier probes, one per leading index of x (L, N, d). Returns (held-out accuracy per probe
+    (L,), chance = accuracy of the most frequent training label on the test set)."""
+    xt, onehot, xe, y_te, chance = ridge_inputs(x_train, y_train, x_test, y_test)
     gram = xt.transpose(1, 2) @ xt + cfg.ridge * torch.eye(xt.shape[-1], dtype=xt.dtype)
     w = torch.linalg.solve(gram, xt.transpose(1, 2) @ onehot)  # (L, d + 1, classes)
     pred = (xe @ w).argmax(-1).numpy()
     accuracy = (pred == y_te[None]).mean(1)
-    chance = float((y_te == np.bincount(y_tr).argmax()).mean())
     return accuracy, chance
 
 

@@ -27,6 +27,7 @@ import numpy as np
 import pandas as pd
 import torch
 
+from ..interp.probes import ridge_inputs
 from ..settings import from_dict
 from .models import decoder_layers
 from .prompts import Chat
@@ -111,27 +112,18 @@ def collect(model, tokenizer, prompts: list[ProbePrompt], chat: Chat, device: st
     return {r: (np.concatenate(feats[r], axis=1), np.concatenate(labels[r]), np.concatenate(groups[r])) for r in ROLES}
 
 
-def _standardise(train: torch.Tensor, *others: torch.Tensor) -> list[torch.Tensor]:
-    """Each (L, N, d) standardised by the training rows' mean and std, with a ones column (the bias)."""
-    mean, std = train.mean(1, keepdim=True), train.std(1, keepdim=True) + 1e-6
-    return [torch.cat([(x - mean) / std, torch.ones(*x.shape[:2], 1, dtype=x.dtype)], -1) for x in (train, *others)]
-
-
-def ridge_accuracy(x_train, y_train, x_test, y_test, ridges) -> np.ndarray:
-    """Held-out accuracy (len(ridges), L) of ridge classifiers fitted per layer on x_train (L, N, d): the dual
-    solution X^T (X X^T + a I)^-1 Y, the same classifier as interp.probes.fit_and_score's primal one."""
-    classes, y_tr = np.unique(y_train, return_inverse=True)
-    index = {c: i for i, c in enumerate(classes)}
-    y_te = torch.as_tensor([index.get(c, -1) for c in y_test])  # a color never seen in training can't be hit
-    xt, xe = _standardise(torch.as_tensor(x_train, dtype=torch.float64), torch.as_tensor(x_test, dtype=torch.float64))
-    onehot = torch.nn.functional.one_hot(torch.as_tensor(y_tr), len(classes)).to(xt.dtype)
+def ridge_accuracy(x_train, y_train, x_test, y_test, ridges) -> tuple[np.ndarray, float]:
+    """(held-out accuracy (len(ridges), L) of ridge classifiers fitted per layer on x_train (L, N, d), chance):
+    the dual solution X^T (X X^T + a I)^-1 Y of interp.probes.fit_and_score's primal one, on the same inputs
+    (interp.probes.ridge_inputs); one eigendecomposition serves every penalty."""
+    xt, onehot, xe, y_te, chance = ridge_inputs(x_train, y_train, x_test, y_test)
     eig, vec = torch.linalg.eigh(xt @ xt.transpose(1, 2))  # (L, N), (L, N, N)
     proj, cross = vec.transpose(1, 2) @ onehot, xe @ xt.transpose(1, 2)  # (L, N, C), (L, M, N)
     out = []
     for a in ridges:
         coef = vec @ (proj / (eig.clamp_min(0) + a)[..., None])
-        out.append(((cross @ coef).argmax(-1) == y_te[None]).double().mean(1).numpy())
-    return np.stack(out)
+        out.append(((cross @ coef).argmax(-1).numpy() == y_te[None]).mean(1))
+    return np.stack(out), chance
 
 
 def choose_ridge(x, y, groups, ridges, folds: int) -> np.ndarray:
@@ -140,7 +132,7 @@ def choose_ridge(x, y, groups, ridges, folds: int) -> np.ndarray:
     unique = np.unique(groups)
     fold_of = dict(zip(unique, np.arange(len(unique)) % folds))
     fold = np.array([fold_of[g] for g in groups])
-    acc = np.mean([ridge_accuracy(x[:, fold != f], y[fold != f], x[:, fold == f], y[fold == f], ridges)
+    acc = np.mean([ridge_accuracy(x[:, fold != f], y[fold != f], x[:, fold == f], y[fold == f], ridges)[0]
                    for f in range(folds)], axis=0)  # (len(ridges), L)
     best = acc.shape[0] - 1 - np.argmax(acc[::-1], axis=0)
     return np.asarray(ridges)[best]
@@ -155,8 +147,8 @@ def probe_table(model, tokenizer, cfg: QwenProbeConfig, chat: Chat, device: str 
     for role in ROLES:
         (x, y, groups), (xe, ye, _) = train[role], test[role]
         chosen = choose_ridge(x, y, groups, cfg.ridges, cfg.folds)
-        chance = float((ye == np.bincount(y).argmax()).mean())
+        acc, chance = ridge_accuracy(x, y, xe, ye, cfg.ridges)  # every penalty, every layer: one eigh per layer
         for layer, ridge in enumerate(chosen):
-            acc = ridge_accuracy(x[layer:layer + 1], y, xe[layer:layer + 1], ye, [ridge])[0, 0]
-            rows.append({"role": role, "layer": layer, "accuracy": float(acc), "chance": chance, "ridge": float(ridge)})
+            rows.append({"role": role, "layer": layer, "accuracy": float(acc[cfg.ridges.index(ridge), layer]),
+                         "chance": chance, "ridge": float(ridge)})
     return pd.DataFrame(rows)
