@@ -127,6 +127,21 @@ def test_stage_keeps_best_weights_and_stops_at_target(tmp_path):
     assert meta["stopped_because"] == "target_accuracy" and meta["steps"] == cfg.eval_every
 
 
+@pytest.mark.parametrize("keep", ["best", "last"])
+def test_a_stage_keeps_the_weights_of_its_best_validation_or_of_its_last_step(tmp_path, keep):
+    model, seen = fresh(), {}
+    cfg = TrainConfig(**{**CFG.__dict__, "keep": keep, "binding_loss": 1.0})
+    meta = train_stage(model, SPEC, cfg, tmp_path, stage="text_bind",
+                       callback=lambda step: seen.__setitem__(step, weights(model)))
+    curve = pd.read_parquet(tmp_path / "metrics.parquet")
+    best = int(curve.loc[curve["val_accuracy"].idxmax(), "step"])
+    kept = cfg.max_steps if keep == "last" else best
+    assert (meta["kept_step"], meta["best_step"]) == (kept, best)
+    assert meta["kept_val_accuracy"] == curve.set_index("step")["val_accuracy"][kept]
+    loaded, _ = load_model(tmp_path)
+    assert all(torch.equal(loaded.state_dict()[k], v) for k, v in seen[kept].items())
+
+
 def test_warmup_then_constant():
     cfg = TrainConfig(lr=1e-3, warmup_steps=2000)
     assert lr_at(1, cfg) == pytest.approx(1e-3 / 2000)

@@ -19,6 +19,8 @@ STAGE_PARENTS: dict[str, str | None] = {
     "text_s1": None, "text_s2": "text_s1", "text_s3": "text_s2", "text_s4": "text_s3",
     "text_s5": "text_s4", "noise_text": "text_s5", "grounding": "noise_text",
     "image": "grounding", "mixed": "image", "image_text": "mixed", "noise_image_text": "image_text",
+    # the control arm (not in the paper): text models continued with the image arm's aid, the binding loss
+    "text_bind": "text_s5", "noise_text_bind": "noise_text", "text_bind_shuffled": "text_s5",
 }
 # Stages that depend on an image encoder live in run `seed{S}-{encoder}`; the rest in run `seed{S}`.
 # grounding (D.5) is text-only, so it is trained once per seed and shared by every encoder's run.
@@ -26,7 +28,12 @@ VISION_STAGES = ("image", "mixed", "image_text", "noise_image_text")
 TEXT_STAGES = tuple(s for s in STAGE_PARENTS if s not in VISION_STAGES)
 # Paper variant name -> the stage whose checkpoint it is.
 VARIANT_STAGE = {"text_only": "text_s5", "noise_text": "noise_text", "image_text": "image_text",
-                 "noise_image_text": "noise_image_text"}
+                 "noise_image_text": "noise_image_text", "text_bind": "text_bind", "noise_text_bind": "noise_text_bind",
+                 "text_bind_shuffled": "text_bind_shuffled"}
+# The control arm: each control stage -> the image-arm stage whose binding-loss weight it must use. A control
+# trains on its parent's task (text_bind_shuffled: the same task with the list shuffled): validate() copies it
+# there and checks the weight, so the control and its text parent differ in the binding loss alone.
+CONTROLS = {"text_bind": "image_text", "noise_text_bind": "noise_image_text", "text_bind_shuffled": "image_text"}
 # Keys that were renamed: dotted old path -> the new key (`*` = any name, the same in both). A config holding an
 # old key fails naming the new one, not with the schema's "additional properties" message.
 RENAMED = {
@@ -83,6 +90,7 @@ def validate(config: dict) -> dict:
     missing = set(STAGE_PARENTS) - set(config["stages"])
     if missing:
         raise _error("stages", f"missing stages {sorted(missing)}")
+    _derive_controls(config)
     specs = _stage_specs(config)
     _check_stages(config, specs)
     _check_model(config, specs)
@@ -127,6 +135,22 @@ def _check_stages(config: dict, specs: dict) -> None:
             if getattr(spec, n) > have:
                 raise _error(f"{key}.{n}", f"{getattr(spec, n)} is more than the image bank renders ({have}; "
                              f"colors: render.n_colors, shapes: the {len(SHAPES)} of vlbind.render.SHAPES)")
+
+
+def _derive_controls(config: dict) -> None:
+    """Give each control stage its parent's task (in place; `shuffle` on for text_bind_shuffled) and check that
+    its binding loss is the image arm's: a control is its text parent plus that aid and nothing else."""
+    for control, image_stage in CONTROLS.items():
+        parent = STAGE_PARENTS[control]
+        task = dict(config["stages"][parent]["task"])
+        task = {**task, "shuffle": True} if control.endswith("_shuffled") else task
+        if config["stages"][control].setdefault("task", task) != task:
+            raise _error(f"stages.{control}.task", f"is stages.{parent}.task"
+                         f"{' with shuffle: true' if control.endswith('_shuffled') else ''}; set it there")
+        weight, image_weight = (stage_train(config, s).get("binding_loss", 0.0) for s in (control, image_stage))
+        if weight != image_weight:
+            raise _error(f"stages.{control}.train.binding_loss", f"{weight} must equal the image arm's weight "
+                         f"(stages.{image_stage}: {image_weight}), the aid the control gives the text arm")
 
 
 def _check_model(config: dict, specs: dict) -> None:

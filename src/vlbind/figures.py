@@ -32,7 +32,7 @@ import seaborn as sns  # noqa: E402
 from .outcomes import ood_average  # noqa: E402
 from .tables import VARIANT_ORDER, by_order, converged, is_diverged, is_unconverged, ood_summary  # noqa: E402
 
-VARIANT_COLORS = dict(zip(VARIANT_ORDER, sns.color_palette("tab10", 4)))
+VARIANT_COLORS = dict(zip(VARIANT_ORDER, sns.color_palette("tab10", len(VARIANT_ORDER))))
 
 
 def _variants(df):

@@ -11,7 +11,9 @@ import pandas as pd
 
 from .outcomes import ood_average
 
-VARIANT_ORDER = ["text_only", "noise_text", "image_text", "noise_image_text"]
+# the paper's four, then the control arm (config.CONTROLS): text models given the image arm's binding loss
+VARIANT_ORDER = ["text_only", "noise_text", "image_text", "noise_image_text", "text_bind", "noise_text_bind",
+                 "text_bind_shuffled"]
 
 
 def read_eval_tables(paths: list[str | Path]) -> pd.DataFrame:
@@ -68,8 +70,8 @@ def ood_summary(df: pd.DataFrame) -> pd.DataFrame:
 
 
 def training_summary(meta_paths: list[str | Path]) -> pd.DataFrame:
-    """One row per trained stage: run, stage, steps, best step and validation accuracy, why it stopped, wall
-    time."""
+    """One row per trained stage: run, stage, steps, best step and validation accuracy, the step whose weights
+    the stage kept and their validation accuracy (train.keep), why it stopped, wall time."""
     from .files import read_json
 
     rows = []
@@ -77,6 +79,8 @@ def training_summary(meta_paths: list[str | Path]) -> pd.DataFrame:
         meta = read_json(p, "model meta.json")
         rows.append({"run": Path(p).parent.parent.name, "stage": meta["stage"], "steps": meta["steps"],
                      "best_step": meta["best_step"], "best_val_accuracy": meta["best_val_accuracy"],
+                     "kept_step": meta.get("kept_step", meta["best_step"]),
+                     "kept_val_accuracy": meta.get("kept_val_accuracy", meta["best_val_accuracy"]),
                      "stopped_because": meta["stopped_because"], "wall_minutes": meta["wall_seconds"] / 60})
     return pd.DataFrame(rows)
 
@@ -90,6 +94,6 @@ def run_summary(ood_table: pd.DataFrame) -> str:
         total = r.runs + r.diverged_runs + r.unconverged_runs
         ood = f"OOD {100 * r.ood_mean:.1f} ± {100 * r.ood_se:.1f} %" if r.runs > 1 else (
             f"OOD {100 * r.ood_mean:.1f} %" if r.runs else "no OOD mean")
-        lines.append(f"  {r.order:<9} {r.variant:<17} {r.runs} of {total} runs converged"
+        lines.append(f"  {r.order:<9} {r.variant:<18} {r.runs} of {total} runs converged"
                      f"{f' ({r.diverged_runs} diverged)' if r.diverged_runs else ''}, {ood}")
     return "\n".join(lines)

@@ -5,7 +5,9 @@ early stopping.
 A stage stops at the first of: validation accuracy reaching `target_accuracy` (the curriculum's advance
 criterion), a plateau (no gain of `min_delta` over the best for `patience` validations), or `max_steps`.
 `max_steps` 0 skips a stage: its starting weights pass through, validated once on the stage's task.
-The weights kept are those of the best validation. Training state (weights, optimizer, data RNG, curve)
+The weights kept are those of the best validation (`keep: "best"`, the paper's early stopping) or of the last
+step (`keep: "last"`: a fixed training budget, for a stage whose task its starting model already solves, where
+the best validation could come before the stage changed anything). Training state (weights, optimizer, data RNG, curve)
 is saved atomically every `checkpoint_every` steps and a killed run resumes from it and reaches the same
 weights as an uninterrupted one; a saved state whose settings differ is discarded, not resumed (a raised
 `max_steps` is not a difference: kill a stage, raise its cap, and it resumes).
@@ -71,6 +73,7 @@ class TrainConfig:
     precision: str = "fp32"  # "fp32" or "bf16" (autocast)
     queries: str = "one"  # training prompts: "one" query each (paper) or "all" objects queried (pack_queries)
     binding_loss: float = 0.0  # weight of the binding loss (module doc); 0: off (paper)
+    keep: str = "best"  # weights kept: "best" validation (paper) or "last" step (module doc)
     val_images: float = 0.25  # share of the image bank's renderings held out from training for validation
     seed: int = 0
 
@@ -79,6 +82,8 @@ class TrainConfig:
             raise ValueError(f"TrainConfig.precision={self.precision!r}; valid: 'fp32', 'bf16'")
         if self.queries not in ("one", "all"):
             raise ValueError(f"TrainConfig.queries={self.queries!r}; valid: 'one', 'all'")
+        if self.keep not in ("best", "last"):
+            raise ValueError(f"TrainConfig.keep={self.keep!r}; valid: 'best', 'last'")
         if self.binding_loss < 0:
             raise ValueError(f"TrainConfig.binding_loss={self.binding_loss} must be >= 0")
         if not 0 < self.val_images < 1:
@@ -244,16 +249,20 @@ def train_stage(model: Transformer, spec: StageSpec, cfg: TrainConfig, out_dir: 
         history.append({"step": 0, "train_loss": float("nan"), "val_accuracy": best_acc, "lr": 0.0,
                         "grad_norm": float("nan"), "steps_per_s": float("nan"), "finite": True})
         log.info("%s: max_steps 0, weights passed through unchanged; val_acc %.4f", stage, best_acc)
-    model.load_state_dict(best_state)
+    if cfg.keep == "best":
+        model.load_state_dict(best_state)
+    kept = history[-1] if cfg.keep == "last" else {"step": best_step, "val_accuracy": best_acc}
     meta = {"stage": stage, "parent": parent, "stage_spec": spec.to_dict(), "train_config": asdict(cfg),
             "start": None if start is None else {"stage_spec": start_spec.to_dict(), "steps": start_steps},
             "model_config": model.cfg.to_dict(), "steps": step, "best_step": best_step,
-            "best_val_accuracy": best_acc, "stopped_because": reason,
+            "best_val_accuracy": best_acc, "kept_step": kept["step"], "kept_val_accuracy": kept["val_accuracy"],
+            "stopped_because": reason,
             "resumed": resumed is not None,
             "wall_seconds": wall_before + time.time() - t0, "vlbind_version": __version__}
     save_model(out_dir, model, meta, pd.DataFrame(history))
     (out_dir / RESUME_FILE).unlink(missing_ok=True)
-    log.info("%s done: %s after %d steps, best val acc %.4f at step %d", stage, reason, step, best_acc, best_step)
+    log.info("%s done: %s after %d steps, best val acc %.4f at step %d; kept the weights of step %d (%s)", stage, reason,
+             step, best_acc, best_step, kept["step"], cfg.keep)
     return meta
 
 
