@@ -33,6 +33,7 @@ rule all:
         rules.ood_table.output.csv,
         rules.training_table.output.csv,
         rules.circuits.output.csv,
+        rules.claims.output.csv,
         expand("results/figures/{fig}.pdf", fig=INTERP_FIGURES),
 
 

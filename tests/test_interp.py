@@ -170,9 +170,37 @@ def test_first_spike_and_circuit_labels():
         label = circuit_label(t, probes)
         assert label["circuit"] == circuit and label["probes_agree"] == (circuit != "Positional")
     assert circuit_label(table([early, early]), probes)["circuit"] == "none"
-    assert circuit_label(table([early, {"reflexive": 0.9, "positional": 0.1}]), probes)["circuit"] == "unresolved"
+    readout = {"reflexive": 1.0}
+    unresolved = circuit_label(table([early, {"reflexive": 0.9, "positional": 0.1}, readout]), probes)
+    assert (unresolved["circuit"], unresolved["winner"], unresolved["runner_up"]) == ("unresolved", "reflexive",
+                                                                                      "positional")
     empty = table([{}])
     assert first_spike(empty) is None  # no pair kept: no spike, not a spike at layer 0
+
+
+def test_the_readout_layer_never_decides_a_label():
+    """Patching the residual after the last block copies the counterfactual's answer: reflexive 1.00 there is
+    no mechanism, so a run with no earlier effect is "none", whatever the read-out shows."""
+    rows = [{"layer": layer, "label": k, "fraction": float(k == top), "count": 100 * int(k == top)}
+            for layer, top in enumerate(["no_effect", "no_effect", "reflexive"]) for k in LABELS]
+    label = circuit_label(pd.DataFrame(rows), pd.DataFrame(columns=["role", "attribute", "accuracy", "chance"]))
+    assert (label["circuit"], label["spike_layer"], label["readout_layer"]) == ("none", None, 2)
+
+
+@pytest.mark.parametrize("shares, weak", [
+    ({"positional": 0.25, "color_key": 0.07, "no_effect": 0.47, "mixed": 0.21}, True),   # < half follow it
+    ({"color_key": 0.55, "positional": 0.40, "no_effect": 0.05}, True),                   # leads by 0.15
+    ({"color_key": 0.53, "mixed": 0.07, "no_effect": 0.24, "positional": 0.16}, False),
+])
+def test_every_label_carries_its_margin_and_a_weak_flag(shares, weak):
+    layers = [{"no_effect": 1.0}, shares, {"reflexive": 1.0}]
+    rows = [{"layer": i, "label": k, "fraction": s.get(k, 0.0), "count": int(100 * s.get(k, 0.0))}
+            for i, s in enumerate(layers) for k in LABELS]
+    label = circuit_label(pd.DataFrame(rows), pd.DataFrame(columns=["role", "attribute", "accuracy", "chance"]))
+    ranked = sorted(((v, k) for k, v in shares.items() if k != "no_effect"), reverse=True)
+    assert (label["winner"], label["winner_share"]) == (ranked[0][1], ranked[0][0])
+    assert (label["runner_up"], label["runner_up_share"]) == (ranked[1][1], ranked[1][0])
+    assert label["share_no_effect"] == shares["no_effect"] and label["weak"] is weak
 
 
 # --- knockouts ------------------------------------------------------------------------------------------

@@ -18,16 +18,19 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 SNAKEMAKE = [sys.executable, "-m", "snakemake"]
 SEEDS = (0, 1)
-TEXT_STAGES = ["text_s1", "text_s2", "text_s3", "text_s4", "text_s5", "noise_text", "grounding"]
+PAPER_TEXT_STAGES = ["text_s1", "text_s2", "text_s3", "text_s4", "text_s5", "noise_text", "grounding"]
+CONTROL_STAGES = ["text_bind", "noise_text_bind", "text_bind_shuffled"]  # config/smoke.yaml, as mini
+TEXT_STAGES = PAPER_TEXT_STAGES + CONTROL_STAGES
 VISION_STAGES = ["image", "mixed", "image_text", "noise_image_text"]
-VARIANTS = ["text_only", "noise_text", "image_text", "noise_image_text"]
+IMAGE_VARIANTS = ["image_text", "noise_image_text"]
+VARIANTS = ["text_only", "noise_text", *IMAGE_VARIANTS, *CONTROL_STAGES]  # each control variant is its stage
+ANALYSED = VARIANTS[:-1]  # smoke's interp.variants: text_bind_shuffled is evaluated only
 ENCODERS = ("vit_tiny", "cnn_tiny")  # config/smoke.yaml: random weights, and pretrained by the DAG
 ENCODER = ENCODERS[0]
 ANALYSES = ["interchange", "knockout", "probes", "layer_relevance"]
 INTERP_FIGURES = ["fig4", "fig9", "fig10", "fig11", "fig12", "fig13", "fig_layer_relevance"]
-RUNS = {"text_only": [f"seed{s}" for s in SEEDS], "noise_text": [f"seed{s}" for s in SEEDS],
-        "image_text": [f"seed{s}-{e}" for s in SEEDS for e in ENCODERS],
-        "noise_image_text": [f"seed{s}-{e}" for s in SEEDS for e in ENCODERS]}
+RUNS = {v: [f"seed{s}-{e}" for s in SEEDS for e in ENCODERS] if v in IMAGE_VARIANTS else [f"seed{s}" for s in SEEDS]
+        for v in VARIANTS}
 
 
 def snakemake(workdir, *args, check=True, cores="2"):
@@ -68,8 +71,10 @@ def downstream_of_models(variants, encoder=None) -> set[tuple[str, str]]:
     evaluation, analyses, figures, tables."""
     runs = {v: [r for r in RUNS[v] if encoder is None or r.endswith(f"-{encoder}")] for v in variants}
     jobs = {("evaluate", f"variant={v}, run={r}") for v in variants for r in runs[v]}
-    jobs |= {("analyze", f"analysis={a}, variant={v}, run={r}") for a in ANALYSES for v in variants for r in runs[v]}
-    jobs |= {("fig3", ""), ("fig8", ""), ("ood_table", ""), ("training_table", ""), ("all", ""), ("circuits", "")}
+    jobs |= {("analyze", f"analysis={a}, variant={v}, run={r}") for a in ANALYSES for v in variants if v in ANALYSED
+             for r in runs[v]}
+    jobs |= {("fig3", ""), ("fig8", ""), ("ood_table", ""), ("training_table", ""), ("all", ""), ("circuits", ""),
+             ("claims", "")}
     return jobs | {("interp_figure", f"fig={f}") for f in INTERP_FIGURES}
 
 
@@ -81,7 +86,7 @@ def smoke_tree(tmp_path_factory):
     return work
 
 
-def test_smoke_dag_draws_fig3_fig7_and_fig8_with_all_four_variants(smoke_tree):
+def test_smoke_dag_draws_fig3_fig7_and_fig8_with_every_variant(smoke_tree):
     for out in ("results/figures/fig3.pdf", "results/figures/fig7.pdf", "results/figures/fig8.pdf"):
         assert (smoke_tree / out).read_bytes().startswith(b"%PDF")
     table = pd.concat(pd.read_parquet(p) for p in (smoke_tree / "results/eval").rglob("*.parquet"))
@@ -102,21 +107,21 @@ def test_smoke_dag_draws_fig3_fig7_and_fig8_with_all_four_variants(smoke_tree):
 def test_the_dag_ends_by_saying_how_many_runs_converged(smoke_tree):
     out = (smoke_tree / "snakemake.out").read_text()
     summary = pd.read_csv(smoke_tree / "results/tables/ood_accuracy.csv")
-    assert len(summary) == 8
+    assert len(summary) == 2 * len(VARIANTS)
     for r in summary.itertuples():
-        assert f"{r.order:<9} {r.variant:<17} {r.runs} of {r.runs} runs converged, OOD {100 * r.ood_mean:.1f}" in out
+        assert f"{r.order:<9} {r.variant:<18} {r.runs} of {r.runs} runs converged, OOD {100 * r.ood_mean:.1f}" in out
 
 
 def test_smoke_dag_runs_every_analysis_on_every_model_and_draws_their_figures(smoke_tree):
     for fig in INTERP_FIGURES:
         assert (smoke_tree / f"results/figures/{fig}.pdf").read_bytes().startswith(b"%PDF")
     for analysis in ANALYSES:
-        for v in VARIANTS:
+        for v in ANALYSED:
             for run in RUNS[v]:
                 t = pd.read_parquet(smoke_tree / f"results/interp/{analysis}/{v}/{run}.parquet")
                 assert len(t) and (t["variant"] == v).all() and (t["run"] == run).all()
     circuits = pd.read_csv(smoke_tree / "results/tables/circuits.csv")
-    assert len(circuits) == sum(len(r) for r in RUNS.values())
+    assert len(circuits) == sum(len(RUNS[v]) for v in ANALYSED)
     assert set(circuits["circuit"]) <= {"Positional", "Symbolic-A", "Symbolic-B", "unresolved", "none"}
 
 
@@ -164,8 +169,9 @@ def test_changed_stage_parameter_reruns_exactly_that_stage_and_descendants(smoke
 
 def test_changed_probe_setting_reruns_only_the_probes_and_what_reads_them(smoke_tree, tmp_path):
     jobs = dry_run_with(smoke_tree, tmp_path, "interp:\n  probes: {ridge: 2.0}\n")
-    expected = {("analyze", f"analysis=probes, variant={v}, run={r}") for v in VARIANTS for r in RUNS[v]}
-    expected |= {("circuits", ""), ("all", "")} | {("interp_figure", f"fig={f}") for f in INTERP_FIGURES}
+    expected = {("analyze", f"analysis=probes, variant={v}, run={r}") for v in ANALYSED for r in RUNS[v]}
+    expected |= {("circuits", ""), ("claims", ""), ("all", "")}
+    expected |= {("interp_figure", f"fig={f}") for f in INTERP_FIGURES}
     assert jobs == expected
 
 
@@ -173,7 +179,7 @@ def test_changed_encoder_setting_reruns_only_its_features_and_vision_stages(smok
     jobs = dry_run_with(smoke_tree, tmp_path, f"encoders:\n  {ENCODER}: {{grid: 1}}\n")
     expected = {("extract_features", f"encoder={ENCODER}, layout=per_object")}
     expected |= {("train_vision", f"seed={s}, encoder={ENCODER}, stage={st}") for s in SEEDS for st in VISION_STAGES}
-    assert jobs == expected | downstream_of_models(VARIANTS[2:], ENCODER)
+    assert jobs == expected | downstream_of_models(IMAGE_VARIANTS, ENCODER)
 
 
 def test_changed_pretraining_setting_repretrains_that_encoder_and_reruns_its_features_and_vision_stages(
@@ -181,12 +187,12 @@ def test_changed_pretraining_setting_repretrains_that_encoder_and_reruns_its_fea
     jobs = dry_run_with(smoke_tree, tmp_path, "encoders:\n  cnn_tiny: {pretrain: {lr: 0.01}}\n")
     expected = {("pretrain_encoder", "encoder=cnn_tiny"), ("extract_features", "encoder=cnn_tiny, layout=per_object")}
     expected |= {("train_vision", f"seed={s}, encoder=cnn_tiny, stage={st}") for s in SEEDS for st in VISION_STAGES}
-    assert jobs == expected | downstream_of_models(VARIANTS[2:], "cnn_tiny")
+    assert jobs == expected | downstream_of_models(IMAGE_VARIANTS, "cnn_tiny")
 
 
 def test_changed_eval_setting_retrains_nothing(smoke_tree, tmp_path):
     jobs = dry_run_with(smoke_tree, tmp_path, "evaluate: {prompts_per_length: 8}\n")
-    assert {rule for rule, _ in jobs} == {"evaluate", "fig3", "fig8", "ood_table", "all"}
+    assert {rule for rule, _ in jobs} == {"evaluate", "fig3", "fig8", "ood_table", "claims", "all"}
 
 
 MALFORMED = [  # (overlay on config.yaml + smoke.yaml, the key its error must name)
@@ -195,6 +201,8 @@ MALFORMED = [  # (overlay on config.yaml + smoke.yaml, the key its error must na
     ("model: {d_model: 32, n_heads: 3}", "model.d_model"),
     ("model: {max_positions: 100}", "model.max_positions"),  # evaluation at 12 objects needs 62
     ("model: {max_positions: 600}\nstages: {noise_text: {task: {noise_tokens: 100}}}", "model.max_positions"),
+    ("stages: {text_bind: {train: {binding_loss: 0.5}}}", "stages.text_bind.train.binding_loss"),  # not the images'
+    ("stages: {noise_text_bind: {task: {n_items: 8}}}", "stages.noise_text_bind.task"),  # the parent's, set there
     ("render: {min_scale: 0.7, max_scale: 0.5}", "render.min_scale"),
     ("render: {layout: canvas, min_objects: 6, max_objects: 3}", "render.min_objects"),
     ("render: {layout: canvas, max_objects: 13}", "render"),  # objects on a canvas need distinct colors (8)
@@ -318,7 +326,7 @@ def test_paper_config_dry_run_lists_every_stage_for_4_seeds_and_3_encoders(tmp_p
     out = snakemake(work, "-n", "--cores", "8", "results/figures/fig3.pdf").stdout
     counts = {rule: len([j for j in scheduled(out) if j[0] == rule]) for rule in
               ("render_bank", "extract_features", "train_text", "train_vision", "evaluate")}
-    assert counts == {"render_bank": 1, "extract_features": 3, "train_text": 4 * len(TEXT_STAGES),
+    assert counts == {"render_bank": 1, "extract_features": 3, "train_text": 4 * len(PAPER_TEXT_STAGES),
                       "train_vision": 4 * 3 * len(VISION_STAGES), "evaluate": 4 * 2 + 4 * 3 * 2}
 
 
@@ -423,7 +431,7 @@ def test_qwen_all_on_the_paper_config_lists_six_models_with_a_gpu_each(tmp_path)
 
 REPORTED = [f"results/figures/{f}.pdf" for f in ["fig3", "fig7", "fig8", *INTERP_FIGURES, "fig2", "fig6", "fig14",
                                                   "fig15"]]
-REPORTED += [f"results/tables/{t}.csv" for t in ("ood_accuracy", "training", "circuits", "table1")]
+REPORTED += [f"results/tables/{t}.csv" for t in ("ood_accuracy", "training", "circuits", "claims", "table1")]
 
 
 def test_report_holds_every_figure_and_table_with_a_caption(smoke_tree):
@@ -483,3 +491,42 @@ def test_mini_trains_the_text_arm_in_fixed_order_and_the_paper_config_shuffled()
     assert vlconfig.stage_params(paper, "text_s4")["train"]["max_steps"] > 0
     assert (mini["evaluate"]["orders"], mini["interp"]["order"]) == (["fixed", "shuffled"], "fixed")
     assert (paper["evaluate"]["orders"], paper["interp"]["order"]) == (["shuffled"], "shuffled")
+
+
+def test_the_control_arm_is_its_text_parent_plus_the_image_arms_binding_loss_and_figures_say_so():
+    from vlbind import config as vlconfig
+
+    mini = vlconfig.load([ROOT / "config/config.yaml", ROOT / "config/mini.yaml"])
+    params = {s: vlconfig.stage_params(mini, s) for s in ("text_s5", "noise_text", "image_text", *CONTROL_STAGES)}
+    assert params["text_bind"]["task"] == params["text_s5"]["task"] and not params["text_bind"]["task"]["shuffle"]
+    assert params["noise_text_bind"]["task"] == params["noise_text"]["task"]
+    assert params["text_bind_shuffled"]["task"] == {**params["text_s5"]["task"], "shuffle": True}
+    for control in CONTROL_STAGES:
+        assert params[control]["parent"] == {"noise_text_bind": "noise_text"}.get(control, "text_s5")
+        assert params[control]["train"]["binding_loss"] == params["image_text"]["train"]["binding_loss"] > 0
+        assert params[control]["train"]["keep"] == "last"
+    assert "binding_loss" not in params["text_s5"]["train"]  # at its default, 0: the text arm has no binding loss
+    note = vlconfig.training_note(mini, mini["variants"])
+    assert "text_only, noise_text: fixed-order lists (text_s4 skipped), no binding loss" in note
+    assert "image_text, noise_image_text: shuffled lists (text_s4 skipped), binding loss 1 from image on" in note
+    assert "text_bind: fixed-order lists (text_s4 skipped), binding loss 1 from text_bind on (2000 steps" in note
+    paper = vlconfig.load([ROOT / "config/config.yaml"])
+    assert vlconfig.training_note(paper, paper["variants"]) == (
+        "text_only, noise_text, image_text, noise_image_text: shuffled lists, no binding loss")
+
+
+def test_a_changed_control_setting_reruns_only_that_control(smoke_tree, tmp_path):
+    jobs = dry_run_with(smoke_tree, tmp_path, "stages:\n  text_bind:\n    train: {lr: 0.002}\n")
+    expected = {("train_text", f"seed={s}, stage=text_bind") for s in SEEDS}
+    expected |= {("evaluate", f"variant=text_bind, run=seed{s}") for s in SEEDS}
+    expected |= {("analyze", f"analysis={a}, variant=text_bind, run=seed{s}") for a in ANALYSES for s in SEEDS}
+    expected |= {(r, "") for r in ("fig3", "fig8", "ood_table", "training_table", "circuits", "claims", "all")}
+    assert jobs == expected | {("interp_figure", f"fig={f}") for f in INTERP_FIGURES}
+
+
+def test_the_smoke_dag_writes_the_claims_table(smoke_tree):
+    claims = pd.read_csv(smoke_tree / "results/tables/claims.csv")
+    wanted = {"text_positional", "image_beats_text", "noise_helps_text", "bind_loss_helps_text",
+              "images_beyond_bind_loss", "bind_loss_learns_shuffled", "bind_loss_does_what_images_do"}
+    assert wanted <= set(claims["claim"])
+    assert set(claims["verdict"]) <= {"holds", "fails", "mixed", "untested"} and claims["rule"].str.len().min() > 20

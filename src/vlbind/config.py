@@ -322,3 +322,29 @@ def parse_run(run: str) -> tuple[int, str | None]:
     head, _, encoder = run.partition("-")
     return int(head.removeprefix("seed")), encoder or None
 
+
+
+def training_note(config: dict, variants: list[str]) -> str:
+    """What each variant's model was trained on, in one line per group of variants trained alike, from the
+    config itself (so a figure cannot misstate it): the association-list order of its last stage, the stages
+    skipped (max_steps 0), where the binding loss starts and, for a control, its budget."""
+    groups: dict[str, list[str]] = {}
+    for v in variants:
+        stage = VARIANT_STAGE[v]
+        stages = lineage(stage)
+        order = "shuffled" if config["stages"][stage]["task"].get("shuffle", True) else "fixed-order"
+        skipped = [s for s in stages if stage_train(config, s).get("max_steps") == 0]
+        bound = [s for s in stages if stage_train(config, s).get("binding_loss", 0.0) > 0]
+        text = f"{order} lists"
+        if skipped:
+            text += f" ({', '.join(skipped)} skipped)"
+        if bound:
+            weight = stage_train(config, bound[0])["binding_loss"]
+            text += f", binding loss {weight:g} from {bound[0]} on"
+        else:
+            text += ", no binding loss"
+        if stage in CONTROLS:
+            train = stage_train(config, stage)
+            text += f" ({train['max_steps']} steps, last weights)" if train.get("keep") == "last" else ""
+        groups.setdefault(text, []).append(v)
+    return "; ".join(f"{', '.join(vs)}: {text}" for text, vs in groups.items())

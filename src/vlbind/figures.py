@@ -153,16 +153,29 @@ def _shares(df: pd.DataFrame) -> pd.DataFrame:
 
 
 def fig4(df: pd.DataFrame, path, note: str = "", circuits: pd.DataFrame | None = None) -> None:
-    variants = _variants(df)
-    fig, axes = plt.subplots(1, len(variants), figsize=(3.6 * len(variants), 3.2), sharey=True, squeeze=False)
-    for ax, v in zip(axes[0], variants):
+    """Label shares per layer, a panel per variant (mean over its runs); where a variant's runs carry different
+    circuit labels, a panel per label, so that runs that disagree are not averaged into one picture."""
+    labels = {} if circuits is None else {(r.variant, r.run): r.circuit for r in circuits.itertuples()}
+    panels = []
+    for v in _variants(df):
         d = df[df["variant"] == v]
+        runs = d["run"].unique()
+        by_label: dict[str, list[str]] = {}
+        for run in runs:
+            by_label.setdefault(labels.get((v, run), ""), []).append(run)
+        if len(by_label) == 1:
+            panels.append((v, d))
+        else:
+            panels += [(f"{v}: {label} ({', '.join(rs)})", d[d["run"].isin(rs)]) for label, rs in by_label.items()]
+    fig, axes = plt.subplots(1, len(panels), figsize=(3.6 * len(panels), 3.2), sharey=True, squeeze=False)
+    for ax, (title, d) in zip(axes[0], panels):
         _label_bars(ax, _shares(d))
         kept = d.groupby("run")["pairs_kept"].first().sum()
-        ax.set_title(f"{v} ({d['run'].nunique()} runs, {kept} pairs)", fontsize=8)
+        ax.set_title(f"{title}\n{d['run'].nunique()} runs, {kept} pairs", fontsize=7)
     axes[0][0].set_ylabel("share of patched answers")
     axes[0][-1].legend(fontsize=6, loc="upper left", bbox_to_anchor=(1.0, 1.0))
-    fig.suptitle(_title("Interchange interventions: binding mechanism per layer", note), fontsize=9)
+    fig.suptitle(_title("Interchange interventions: binding mechanism per layer (the last layer is the read-out)",
+                        note), fontsize=9)
     _save(fig, path)
 
 
@@ -177,7 +190,8 @@ def fig9(df: pd.DataFrame, path, note: str = "", circuits: pd.DataFrame | None =
     for ax, (v, run) in zip(axes.flat, runs):
         _label_bars(ax, _shares(df[(df["variant"] == v) & (df["run"] == run)]))
         c = labels.get((v, run))
-        extra = "" if c is None else f"\n{c.circuit}, first spike at layer {c.spike_layer}"
+        weak = " (weak)" if c is not None and str(getattr(c, "weak", "")) == "True" else ""  # csv: True, False or empty
+        extra = "" if c is None else f"\n{c.circuit}{weak}, first spike at layer {c.spike_layer}"
         ax.set_title(f"{v} / {run}{extra}", fontsize=7)
     axes.flat[0].legend(fontsize=5)
     fig.suptitle(_title("Interchange interventions per run", note), fontsize=9)

@@ -261,8 +261,8 @@ def train_stage(model: Transformer, spec: StageSpec, cfg: TrainConfig, out_dir: 
             "wall_seconds": wall_before + time.time() - t0, "vlbind_version": __version__}
     save_model(out_dir, model, meta, pd.DataFrame(history))
     (out_dir / RESUME_FILE).unlink(missing_ok=True)
-    log.info("%s done: %s after %d steps, best val acc %.4f at step %d; kept the weights of step %d (%s)", stage, reason,
-             step, best_acc, best_step, kept["step"], cfg.keep)
+    log.info("%s done: %s after %d steps, best val acc %.4f at step %d; kept the weights of step %d (%s)", stage,
+             reason, step, best_acc, best_step, kept["step"], cfg.keep)
     return meta
 
 

@@ -80,6 +80,15 @@ ANALYSES = list(vlbind.interp.ANALYSES)
 INTERP_FIGURES = {fig: analysis for analysis, figs in vlbind.interp.ANALYSES.items() for fig in figs}
 
 
+def figure_note(variants, analysis_order=None):
+    """A figure's note: the config's figure_note, what each variant drawn was trained on (config.training_note)
+    and, for the analyses' figures, the order of their prompts' association lists."""
+    parts = [config["figure_note"], "Trained: " + vlconfig.training_note(config, variants)]
+    if analysis_order is not None:
+        parts.append(f"Analysis prompts: {'shuffled' if analysis_order == 'shuffled' else 'fixed-order'} lists.")
+    return " ".join(p.rstrip(".") + "." for p in parts if p)
+
+
 def interp_tables(analysis):
     return [
         f"results/interp/{analysis}/{v}/{run}.parquet"

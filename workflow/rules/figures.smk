@@ -19,7 +19,7 @@ rule fig3:
     conda:
         "../envs/vlbind.yaml"
     params:
-        note=config["figure_note"],
+        note=figure_note(config["variants"]),
     script:
         "../../scripts/figure.py"
 
@@ -41,7 +41,7 @@ rule fig8:
     conda:
         "../envs/vlbind.yaml"
     params:
-        note=config["figure_note"],
+        note=figure_note(config["variants"]),
     script:
         "../../scripts/figure.py"
 

@@ -48,6 +48,27 @@ rule circuits:
         "../../scripts/circuits.py"
 
 
+rule claims:
+    input:
+        tables=eval_tables(),
+        circuits=rules.circuits.output.csv,
+        code="src/vlbind/claims.py",
+    output:
+        csv=report(
+            "results/tables/claims.csv",
+            caption="../report/claims.rst",
+            category="1 Generalization (both arms)",
+        ),
+    log:
+        "results/logs/figures/claims.log",
+    benchmark:
+        "results/benchmarks/figures/claims.tsv"
+    conda:
+        "../envs/vlbind.yaml"
+    script:
+        "../../scripts/claims.py"
+
+
 rule interp_figure:
     input:
         tables=lambda wc: interp_tables(INTERP_FIGURES[wc.fig]),
@@ -68,6 +89,6 @@ rule interp_figure:
     conda:
         "../envs/vlbind.yaml"
     params:
-        note=config["figure_note"],
+        note=figure_note(config["interp"]["variants"], config["interp"]["order"]),
     script:
         "../../scripts/interp_figure.py"

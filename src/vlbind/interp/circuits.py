@@ -1,5 +1,10 @@
 """The circuit label of one trained model, from its interchange table (interp.interchange) and its probe table
-(interp.probes): the documented rule of circuit_label, with the thresholds of config key interp.circuits."""
+(interp.probes): the documented rule of circuit_label, with the thresholds of config key interp.circuits.
+
+The interchange table's last layer is the residual stream after the last block, the read-out: patching it
+hands the original run the counterfactual's finished answer, so it reads reflexive by construction and says
+nothing about how the answer was bound. The rule never looks at it (`readout_layer` names it in the row).
+"""
 
 from __future__ import annotations
 
@@ -19,30 +24,40 @@ def first_spike(table: pd.DataFrame, threshold: float = 0.5) -> int | None:
 
 
 CIRCUITS = {"positional": "Positional", "color_key": "Symbolic-A", "shape_key": "Symbolic-B"}
+# the mechanisms a label can name, the circuits first so that a tie goes to a circuit
+CANDIDATES = (*CIRCUITS, *(k for k in LABELS if k not in CIRCUITS and k != "no_effect"))
 
 
 def circuit_label(interchange: pd.DataFrame, probes: pd.DataFrame, spike_threshold: float = 0.5,
-                  probe_margin: float = 0.2) -> dict:
+                  probe_margin: float = 0.2, weak_share: float = 0.5, weak_lead: float = 0.2) -> dict:
     """Label one run Positional, Symbolic-A (color key) or Symbolic-B (shape key); the documented rule:
 
-    1. interchange: at the first layer where patching changes the answer in >= spike_threshold of the
-       pairs (appendix F: the first spike is the mechanism), the largest of the positional, color-key and
-       shape-key shares names the circuit. No spike -> "none"; if reflexive or mixed outweighs all three
-       there, the mechanism is not visible at the spike -> "unresolved".
-    2. probes (appendix G): the symbolic circuits bind color into the context shape token, so the best
+    1. interchange: at the first layer before the read-out (module doc) where patching changes the answer
+       in >= spike_threshold of the pairs (appendix F: the first spike is the mechanism), the largest of the
+       positional, color-key, shape-key, reflexive and mixed shares (`winner`) names the circuit. No such
+       layer -> "none"; a reflexive or mixed winner -> "unresolved" (the mechanism is not visible there).
+    2. margin: `runner_up` is the next largest of those shares; the label is `weak` when fewer than
+       `weak_share` of the pairs follow the winner, or it leads the runner-up by less than `weak_lead`.
+    3. probes (appendix G): the symbolic circuits bind color into the context shape token, so the best
        layer's accuracy of decoding color at the context shape exceeds chance by >= probe_margin. The
        label is kept either way; `probes_agree` says whether the probe signature matches it.
     """
-    spike = first_spike(interchange, spike_threshold)
+    readout = int(interchange["layer"].max())
+    spike = first_spike(interchange[interchange["layer"] < readout], spike_threshold)
     binding = probes[(probes["role"] == "context shape") & (probes["attribute"] == "color")]
     margin = float((binding["accuracy"] - binding["chance"]).max()) if len(binding) else float("nan")
     at_spike = interchange[interchange["layer"] == spike].set_index("label")["fraction"]
     shares = {k: float(at_spike.get(k, 0.0)) for k in LABELS}
-    out = {"spike_layer": spike, "color_at_context_shape": margin, **{f"share_{k}": v for k, v in shares.items()}}
+    out = {"spike_layer": spike, "readout_layer": readout, "color_at_context_shape": margin,
+           **{f"share_{k}": v for k, v in shares.items()}}
     if spike is None:
-        return {**out, "circuit": "none", "probes_agree": None}
-    best = max(CIRCUITS, key=shares.get)
-    if max(shares["reflexive"], shares["mixed"]) > shares[best]:
+        return {**out, "circuit": "none", "winner": None, "winner_share": float("nan"), "runner_up": None,
+                "runner_up_share": float("nan"), "weak": None, "probes_agree": None}
+    winner, runner_up = sorted(CANDIDATES, key=lambda k: -shares[k])[:2]  # stable: ties keep CANDIDATES' order
+    out |= {"winner": winner, "winner_share": shares[winner], "runner_up": runner_up,
+            "runner_up_share": shares[runner_up],
+            "weak": shares[winner] < weak_share or shares[winner] - shares[runner_up] < weak_lead}
+    if winner not in CIRCUITS:
         return {**out, "circuit": "unresolved", "probes_agree": None}
-    symbolic = best != "positional"
-    return {**out, "circuit": CIRCUITS[best], "probes_agree": symbolic == (margin >= probe_margin)}
+    symbolic = winner != "positional"
+    return {**out, "circuit": CIRCUITS[winner], "probes_agree": symbolic == (margin >= probe_margin)}

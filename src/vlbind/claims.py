@@ -1,0 +1,184 @@
+"""The claims table (results/tables/claims.csv): one row per claim of the paper a run can test, the numbers it
+rests on, per seed, and a verdict from a rule stated in the row. README's and docs/results' sentences quote it;
+none may say more than its row. No torch.
+
+Numbers come from the evaluation tables of one prompt order (the first evaluated: the one convergence is judged
+on) and from circuits.csv. Runs left out of means (diverged, not converged) are left out here too and counted.
+OOD accuracy is given raw and above chance (chance over the OOD lengths: the mean of 1/n); a paired difference
+is the same either way. Pairs are by seed: an image run seed{S}-{encoder} pairs with the text run seed{S}.
+
+Verdicts: "holds" / "fails" / "mixed" (some runs or pairs each way) / "untested" (no run to read).
+- a label claim holds when every labelled run of its variants carries one of the claimed circuits (interp.circuits)
+  and fails when none does;
+- a comparison A > B holds when every pair's OOD difference exceeds MIN_GAIN and fails when none does;
+- "fails beyond the training range" holds when every run's OOD accuracy lies within FAILS_WITHIN of chance;
+- "learns shuffled lists" holds when every run's in-distribution accuracy on shuffled lists lies at least
+  LEARNT above chance.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from .tables import converged
+
+MIN_GAIN = 0.02  # an OOD difference of 2 points or less counts as no gain
+FAILS_WITHIN = 0.05  # OOD within 5 points of chance: the run fails beyond the training range
+LEARNT = 0.5  # in-distribution accuracy at least 0.5 above chance: the run has learnt the task
+SYMBOLIC = ("Symbolic-A", "Symbolic-B")
+
+
+def run_summary(evals: pd.DataFrame, order: str) -> pd.DataFrame:
+    """One row per run of one prompt order: variant, run, seed, used (neither diverged nor unconverged), in
+    distribution accuracy and its chance, OOD accuracy and its chance (means over lengths, each length equal)."""
+    df = evals[evals["order"] == order] if "order" in evals else evals
+    used = set(map(tuple, converged(df)[["variant", "run"]].drop_duplicates().to_numpy()))
+    rows = []
+    for (variant, run), d in df.groupby(["variant", "run"], sort=False):
+        inside, ood = d[d["in_distribution"]], d[~d["in_distribution"]]
+        rows.append({"variant": variant, "run": run, "seed": int(d["seed"].iloc[0]), "used": (variant, run) in used,
+                     "in_distribution": inside["accuracy"].mean(), "in_chance": (1 / inside["n_objects"]).mean(),
+                     "ood": ood["accuracy"].mean(), "ood_chance": (1 / ood["n_objects"]).mean()})
+    return pd.DataFrame(rows)
+
+
+def _mean_se(x) -> tuple[float, float]:
+    x = np.asarray(x, dtype=float)
+    if not len(x):
+        return float("nan"), float("nan")
+    return float(x.mean()), float(x.std(ddof=1) / np.sqrt(len(x))) if len(x) > 1 else float("nan")
+
+
+def _verdict(ok: list[bool]) -> str:
+    if not ok:
+        return "untested"
+    return "holds" if all(ok) else "fails" if not any(ok) else "mixed"
+
+
+def _left_out(runs: pd.DataFrame) -> str:
+    n = int((~runs["used"]).sum())
+    return f"; {n} run(s) left out (diverged or not converged)" if n else ""
+
+
+def compare(runs: pd.DataFrame, a: str, b: str, claim: str, statement: str) -> dict:
+    """The claim "A > B out of distribution", paired by seed."""
+    ra, rb = runs[runs["variant"] == a], runs[runs["variant"] == b]
+    pairs = ra.merge(rb, on="seed", suffixes=("_a", "_b"))
+    pairs = pairs[pairs["used_a"] & pairs["used_b"]]
+    diff = pairs["ood_a"] - pairs["ood_b"]
+    per = "; ".join(f"{r.run_a}: {100 * r.ood_a:.1f} - {100 * r.ood_b:.1f} = {100 * (r.ood_a - r.ood_b):+.1f}"
+                    for r in pairs.itertuples())
+    mean, se = _mean_se(diff)
+    return {"claim": claim, "statement": statement, "a": a, "b": b, "n": len(pairs),
+            "a_ood": pairs["ood_a"].mean(), "b_ood": pairs["ood_b"].mean(),
+            "a_above_chance": (pairs["ood_a"] - pairs["ood_chance_a"]).mean(),
+            "b_above_chance": (pairs["ood_b"] - pairs["ood_chance_b"]).mean(),
+            "diff": mean, "diff_se": se, "per_run": per + _left_out(pd.concat([ra, rb])),
+            "verdict": _verdict([d > MIN_GAIN for d in diff]),
+            "rule": f"holds if A - B > {100 * MIN_GAIN:g} points OOD on every pair, fails if on none"}
+
+
+def labels(circuits: pd.DataFrame, variants: list[str], wanted: tuple[str, ...], claim: str, statement: str) -> dict:
+    """A label claim: every labelled run of `variants` carries one of the circuits `wanted`."""
+    c = circuits[circuits["variant"].isin(variants)]
+    per = "; ".join(f"{r.variant} {r.run}: {r.circuit}{' (weak)' if str(getattr(r, 'weak', '')) == 'True' else ''}"
+                    for r in c.itertuples())
+    hits = [circuit in wanted for circuit in c["circuit"]]
+    return {"claim": claim, "statement": statement, "a": ", ".join(variants), "b": "", "n": len(c),
+            "per_run": per, "verdict": _verdict(hits),
+            "rule": f"holds if every run is labelled {' or '.join(wanted)} (circuits.csv), fails if none is"}
+
+
+def near_chance(runs: pd.DataFrame, variants: list[str], claim: str, statement: str) -> dict:
+    """The claim "these variants fail beyond the training range": OOD within FAILS_WITHIN of chance."""
+    r = runs[runs["variant"].isin(variants)]
+    used = r[r["used"]]
+    above = used["ood"] - used["ood_chance"]
+    per = "; ".join(f"{x.variant} {x.run}: {100 * x.ood:.1f} ({100 * (x.ood - x.ood_chance):+.1f} above chance)"
+                    for x in used.itertuples())
+    return {"claim": claim, "statement": statement, "a": ", ".join(variants), "b": "", "n": len(used),
+            "a_ood": used["ood"].mean(), "a_above_chance": above.mean(), "per_run": per + _left_out(r),
+            "verdict": _verdict([x <= FAILS_WITHIN for x in above]),
+            "rule": f"holds if every run's OOD accuracy is within {100 * FAILS_WITHIN:g} points of chance, fails if "
+                    "none is"}
+
+
+def learns(runs: pd.DataFrame, variant: str, order: str, claim: str, statement: str) -> dict:
+    """The claim "this variant learns the task in distribution": accuracy at least LEARNT above chance (every
+    run: a run below the convergence bar is exactly what this row is about)."""
+    r = runs[runs["variant"] == variant]
+    above = r["in_distribution"] - r["in_chance"]
+    per = "; ".join(f"{x.run}: {100 * x.in_distribution:.1f} ({100 * (x.in_distribution - x.in_chance):+.1f} above "
+                    f"chance)" for x in r.itertuples())
+    return {"claim": claim, "statement": statement, "a": variant, "b": "", "order": order, "n": len(r),
+            "a_in_distribution": r["in_distribution"].mean(), "a_above_chance": above.mean(), "per_run": per,
+            "verdict": _verdict([x >= LEARNT for x in above]),
+            "rule": f"holds if every run answers {order} lists in distribution >= {100 * LEARNT:g} points above "
+                    "chance, fails if none does"}
+
+
+def combine(rows: list[dict], claim: str, statement: str, needs: dict[str, str]) -> dict:
+    """A claim made of others: holds if each row named in `needs` has the verdict given, fails if none has."""
+    by = {r["claim"]: r["verdict"] for r in rows}
+    got = [by.get(c) for c in needs]
+    ok = [v == want for v, want in zip(got, needs.values()) if v not in (None, "untested")]
+    return {"claim": claim, "statement": statement, "a": "", "b": "", "n": len(ok),
+            "per_run": "; ".join(f"{c}: {by.get(c, 'absent')}" for c in needs),
+            "verdict": "untested" if len(ok) < len(needs) else _verdict(ok),
+            "rule": "holds if " + ", ".join(f"{c} {w}" for c, w in needs.items()) + "; fails if none of them does"}
+
+
+def claims_table(evals: pd.DataFrame, circuits: pd.DataFrame) -> pd.DataFrame:
+    """Every claim the variants present can test (README lists them), in the paper's order, then the control's.
+    `evals`: evaluation tables of every variant (tables.read_eval_tables); `circuits`: circuits.csv."""
+    orders = list(evals["order"].unique()) if "order" in evals else ["shuffled"]
+    order = orders[0]
+    runs = run_summary(evals, order)
+    have = set(runs["variant"])
+    rows = []
+
+    def present(variants):
+        return [v for v in variants if v in have]
+
+    def pair(a, b, claim, statement):  # a comparison needs both variants
+        if {a, b} <= have:
+            rows.append(compare(runs, a, b, claim, statement))
+
+    if text := present(["text_only", "noise_text"]):
+        rows.append(labels(circuits, text, ("Positional",), "text_positional",
+                           "text-only training binds by position (Positional)"))
+        rows.append(near_chance(runs, text, "text_fails_ood",
+                                "text-only models fail beyond the training range (OOD near chance)"))
+    if images := present(["image_text", "noise_image_text"]):
+        rows.append(labels(circuits, images, SYMBOLIC, "images_symbolic",
+                           "image training makes the model bind symbolically"))
+    pair("image_text", "text_only", "image_beats_text",
+         "image_text > text_only out of distribution (paper: 69.5 vs 37.2 %)")
+    pair("noise_text", "text_only", "noise_helps_text",
+         "noise helps the text arm: noise_text > text_only (paper: 57.5 vs 37.2 %)")
+    pair("noise_image_text", "noise_text", "noise_image_beats_noise_text",
+         "noise_image_text > noise_text (paper: 83.6 vs 57.5 %)")
+    # the control arm: the text arm plus the image arm's binding loss (config.CONTROLS)
+    if controls := present(["text_bind", "noise_text_bind"]):
+        rows.append(labels(circuits, controls, SYMBOLIC, "bind_loss_symbolic",
+                           "the binding loss alone makes the text arm bind symbolically"))
+    pair("text_bind", "text_only", "bind_loss_helps_text",
+         "the binding loss alone raises text OOD: text_bind > text_only")
+    pair("noise_text_bind", "noise_text", "bind_loss_helps_noise_text",
+         "the binding loss alone raises noise_text OOD: noise_text_bind > noise_text")
+    pair("image_text", "text_bind", "images_beyond_bind_loss",
+         "images add to the binding loss: image_text > text_bind")
+    pair("noise_image_text", "noise_text_bind", "noise_images_beyond_bind_loss",
+         "images add to the binding loss with noise: noise_image_text > noise_text_bind")
+    if "text_bind_shuffled" in have and "shuffled" in orders:
+        rows.append(learns(run_summary(evals, "shuffled"), "text_bind_shuffled", "shuffled",
+                           "bind_loss_learns_shuffled", "with the binding loss, text training on shuffled lists "
+                           "learns them"))
+    if {"text_bind", "image_text"} <= have:
+        rows.append(combine(rows, "bind_loss_does_what_images_do", "the binding loss alone does what images do",
+                            {"bind_loss_symbolic": "holds", "bind_loss_helps_text": "holds",
+                             "images_beyond_bind_loss": "fails"}))
+    columns = ["claim", "statement", "order", "a", "b", "n", "a_in_distribution", "a_ood", "b_ood", "a_above_chance",
+               "b_above_chance", "diff", "diff_se", "per_run", "verdict", "rule"]
+    return pd.DataFrame([{"order": order, **r} for r in rows]).reindex(columns=columns)

@@ -1,0 +1,101 @@
+"""The claims table: each verdict on scripted evaluation tables and circuit labels, recomputed by hand."""
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from vlbind.claims import FAILS_WITHIN, MIN_GAIN, claims_table
+
+LENGTHS = range(2, 13)  # in distribution 2..8, OOD 9..12
+OOD_CHANCE = np.mean([1 / n for n in range(9, 13)])
+
+
+def runs(variant, ood, inside=0.97, order="fixed", image=False, converged=True):
+    """Evaluation rows of one run per seed: accuracy `inside` on 2..8 objects and ood[seed] on 9..12."""
+    rows = []
+    for seed, acc in enumerate(ood):
+        run = f"seed{seed}-enc" if image else f"seed{seed}"
+        for n in LENGTHS:
+            rows.append({"variant": variant, "run": run, "seed": seed, "order": order, "n_objects": n,
+                         "accuracy": inside if n <= 8 else acc, "in_distribution": n <= 8, "diverged": False,
+                         "converged": converged if seed == 0 else True})
+    return rows
+
+
+def circuits(labels: dict[str, list[str]]):
+    return pd.DataFrame([{"variant": v, "run": f"seed{i}", "circuit": c, "weak": False}
+                         for v, cs in labels.items() for i, c in enumerate(cs)],
+                        columns=["variant", "run", "circuit", "weak"])
+
+
+def verdicts(evals, labels=None):
+    table = claims_table(pd.DataFrame(evals), circuits(labels or {}))
+    return table.set_index("claim")
+
+
+def test_a_comparison_holds_fails_or_is_mixed_by_the_paired_differences():
+    text = [0.05, 0.06, 0.07]
+    t = verdicts(runs("text_only", text) + runs("noise_text", [0.06, 0.07, 0.12])  # +1, +1, +5 points
+                 + runs("image_text", [0.40, 0.30, 0.35], image=True)
+                 + runs("noise_image_text", [0.06, 0.07, 0.08], image=True))     # 0, 0, -4 points
+    assert t.loc["image_beats_text", "verdict"] == "holds"
+    assert t.loc["noise_helps_text", "verdict"] == "mixed"            # one pair of three beyond MIN_GAIN
+    assert t.loc["noise_image_beats_noise_text", "verdict"] == "fails"
+    diff = np.subtract([0.40, 0.30, 0.35], text)
+    row = t.loc["image_beats_text"]
+    assert row["n"] == 3 and row["diff"] == pytest.approx(diff.mean())
+    assert row["diff_se"] == pytest.approx(diff.std(ddof=1) / np.sqrt(3))
+    assert row["a_above_chance"] == pytest.approx(0.35 - OOD_CHANCE)
+    assert row["b_ood"] == pytest.approx(np.mean(text))
+    assert "seed1-enc: 30.0 - 6.0 = +24.0" in row["per_run"]
+    assert MIN_GAIN == 0.02
+
+
+def test_gains_of_at_most_min_gain_fail():
+    t = verdicts(runs("text_only", [0.05, 0.06]) + runs("noise_text", [0.06, 0.07]))
+    assert t.loc["noise_helps_text", "verdict"] == "fails"
+
+
+def test_runs_left_out_of_means_are_left_out_of_pairs_and_counted():
+    t = verdicts(runs("text_only", [0.05, 0.06, 0.07]) + runs("image_text", [0.0, 0.3, 0.3], image=True,
+                                                               converged=False))
+    row = t.loc["image_beats_text"]
+    assert row["n"] == 2 and row["verdict"] == "holds" and "1 run(s) left out" in row["per_run"]
+
+
+def test_label_claims_and_the_text_arm_failing_beyond_training():
+    evals = (runs("text_only", [OOD_CHANCE, OOD_CHANCE + 0.01]) + runs("noise_text", [OOD_CHANCE + 0.02] * 2)
+             + runs("image_text", [0.4, 0.4], image=True) + runs("noise_image_text", [0.6, 0.6], image=True))
+    labels = {"text_only": ["Positional", "Positional"], "noise_text": ["Positional", "Positional"],
+              "image_text": ["Symbolic-A", "none"], "noise_image_text": ["Symbolic-A", "Symbolic-B"]}
+    t = verdicts(evals, labels)
+    assert t.loc["text_positional", "verdict"] == "holds"
+    assert t.loc["images_symbolic", "verdict"] == "mixed"  # image_text seed1: none
+    assert t.loc["text_fails_ood", "verdict"] == "holds"
+    t = verdicts(runs("text_only", [OOD_CHANCE + FAILS_WITHIN + 0.01] * 2)
+                 + runs("noise_text", [OOD_CHANCE + 0.2] * 2), {"text_only": ["Symbolic-A"] * 2,
+                                                                  "noise_text": ["unresolved"] * 2})
+    assert t.loc["text_positional", "verdict"] == "fails" and t.loc["text_fails_ood", "verdict"] == "fails"
+
+
+def test_a_claim_without_labelled_runs_is_untested_and_absent_variants_give_no_row():
+    t = verdicts(runs("text_only", [0.05]) + runs("noise_text", [0.05]))
+    assert t.loc["text_positional", "verdict"] == "untested"
+    assert "image_beats_text" not in t.index
+
+
+def test_the_control_arm_answers_whether_the_binding_loss_does_what_images_do():
+    base = runs("text_only", [0.05, 0.06]) + runs("image_text", [0.40, 0.45], image=True)
+    shuffled = runs("text_bind_shuffled", [0.05, 0.05], inside=0.97, order="fixed")
+    shuffled += runs("text_bind_shuffled", [0.04, 0.04], inside=0.24, order="shuffled")
+    like_images = base + runs("text_bind", [0.39, 0.46]) + shuffled
+    t = verdicts(like_images, {"text_bind": ["Symbolic-A", "Symbolic-A"]})
+    assert t.loc["bind_loss_helps_text", "verdict"] == "holds"
+    assert t.loc["images_beyond_bind_loss", "verdict"] == "fails"  # +1, -1 points
+    assert t.loc["bind_loss_does_what_images_do", "verdict"] == "holds"
+    assert t.loc["bind_loss_learns_shuffled", "verdict"] == "fails"  # 0.24 in distribution, chance ~0.26
+    assert t.loc["bind_loss_learns_shuffled", "order"] == "shuffled"
+    unlike = base + runs("text_bind", [0.05, 0.06])
+    t = verdicts(unlike, {"text_bind": ["Positional", "Positional"]})
+    assert t.loc["bind_loss_does_what_images_do", "verdict"] == "fails"
+    assert t.loc["bind_loss_symbolic", "verdict"] == "fails"
