@@ -348,3 +348,12 @@ def training_note(config: dict, variants: list[str]) -> str:
             text += f" ({train['max_steps']} steps, last weights)" if train.get("keep") == "last" else ""
         groups.setdefault(text, []).append(v)
     return "; ".join(f"{', '.join(vs)}: {text}" for text, vs in groups.items())
+
+
+def figure_note(config: dict, variants: list[str], analysis_order: str | None = None) -> str:
+    """A figure's note: the config's figure_note, what each variant drawn was trained on (training_note) and,
+    for the analyses' figures, the order of their prompts' association lists."""
+    parts = [config["figure_note"], "Trained: " + training_note(config, variants)]
+    if analysis_order is not None:
+        parts.append(f"Analysis prompts: {'shuffled' if analysis_order == 'shuffled' else 'fixed-order'} lists")
+    return " ".join(p.rstrip(".") + "." for p in parts if p)

@@ -81,12 +81,7 @@ INTERP_FIGURES = {fig: analysis for analysis, figs in vlbind.interp.ANALYSES.ite
 
 
 def figure_note(variants, analysis_order=None):
-    """A figure's note: the config's figure_note, what each variant drawn was trained on (config.training_note)
-    and, for the analyses' figures, the order of their prompts' association lists."""
-    parts = [config["figure_note"], "Trained: " + vlconfig.training_note(config, variants)]
-    if analysis_order is not None:
-        parts.append(f"Analysis prompts: {'shuffled' if analysis_order == 'shuffled' else 'fixed-order'} lists.")
-    return " ".join(p.rstrip(".") + "." for p in parts if p)
+    return vlconfig.figure_note(config, variants, analysis_order)
 
 
 def interp_tables(analysis):

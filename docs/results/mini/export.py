@@ -11,9 +11,8 @@ import shutil
 from pathlib import Path
 
 import pandas as pd
-import yaml
 
-from vlbind import figures
+from vlbind import config, figures
 
 ROOT = Path(__file__).resolve().parents[3]
 RESULTS, OUT = ROOT / "results", Path(__file__).resolve().parent
@@ -29,8 +28,8 @@ for path in sorted((RESULTS / "figures").glob("*.pdf")) + sorted((RESULTS / "tab
 if (table := concat("eval/*/*.parquet")) is None:
     raise SystemExit("no results/eval/*/*.parquet: run the mini DAG first")
 table.to_csv(OUT / "eval_by_length.csv", index=False)
-note = yaml.safe_load((ROOT / "config/mini.yaml").read_text())["figure_note"]
-figures.fig3(table, OUT / "fig3.png", note)
+mini = config.load([ROOT / "config/config.yaml", ROOT / "config/mini.yaml"])
+figures.fig3(table, OUT / "fig3.png", config.figure_note(mini, mini["variants"]))  # the note rule fig3 gives it
 for kind in ("interchange", "knockout", "probes", "layer_relevance"):  # a text-arm-only run has none
     if (table := concat(f"interp/{kind}/*/*.parquet")) is not None:
         table.to_csv(OUT / f"{kind}.csv", index=False)
