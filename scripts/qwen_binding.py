@@ -1,13 +1,11 @@
 """Snakemake adapter: interchange interventions on the boxes task for one pretrained Qwen model (Table 1)."""
-import dataclasses
-
 import torch
 
 from vlbind.device import resolve_device
 from vlbind.files import atomic_write
 from vlbind.logs import setup_logging
 from vlbind.qwen import jobs, models
-from vlbind.qwen.binding import BindingConfig, interchange, make_pairs
+from vlbind.qwen.binding import BindingConfig, interchange, make_pairs, their_chat
 from vlbind.qwen.prompts import Chat
 
 sm = snakemake  # noqa: F821 (injected by Snakemake)
@@ -16,9 +14,8 @@ torch.set_num_threads(sm.threads)
 device = resolve_device(sm.params.device)
 spec = models.QwenModel.from_dict(sm.params.model)
 model, tok = jobs.for_job(spec, sm.params.tiny, sm.params.dtype, device)
-cfg, chat = BindingConfig.from_dict(sm.params.binding), Chat.from_dict(sm.params.chat)
-if not cfg.system_turn:
-    chat = dataclasses.replace(chat, system_prompt=None)
+cfg = BindingConfig.from_dict(sm.params.binding)
+chat = their_chat(Chat.from_dict(sm.params.chat), cfg)
 table = interchange(model, tok, make_pairs(cfg.n_entries, cfg.pairs, cfg.seed), chat,
                     filter_correct=cfg.filter_correct, layers_per_batch=cfg.layers_per_batch, device=device)
 dropped = table.attrs["dropped"]

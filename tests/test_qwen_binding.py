@@ -1,6 +1,6 @@
 """Interchange interventions on pretrained models (vlbind.qwen.binding): the boxes prompt equals Gur-Arieh et al.'s
 template, pairs re-derived from their text, the batched (cached-prefix) layer sweep against one full forward
-per layer, scripted positional / symbolic models, the first-spike peak on scripted tables, and the fitted
+per layer, scripted positional / symbolic models, the peak and the first spike on scripted tables, and the fitted
 minimal model recovering the signals that generated its data."""
 
 import re
@@ -205,26 +205,30 @@ def scripted_table(shares_by_layer: list[dict], pairs: int = 20) -> pd.DataFrame
     return pd.DataFrame(rows)
 
 
-def test_the_peak_is_the_first_spike_not_a_later_reflexive_read_out():
+def test_the_peak_is_the_layer_of_highest_positional_plus_symbolic_share_not_a_reflexive_read_out():
     early = {"positional": 0.3, "symbolic": 0.3}
     table = scripted_table([{}, {"positional": 0.1}, early, {"positional": 0.1}, {}, {"reflexive": 1.0},
                             {"reflexive": 1.0}])
     s = summarize(table, 6, fit=False)
-    assert s["peak_layer"] == 2 and s["ratio_share"] == 1.0 and s["share_reflexive"] == 0.0
+    assert s["peak_layer"] == s["first_spike_layer"] == 2 and s["ratio_share"] == 1.0 and s["share_reflexive"] == 0.0
 
 
-def test_of_two_spikes_the_first_counts_and_a_small_bump_before_it_does_not():
+def test_the_peak_section_5_6_and_the_first_spike_appendix_f_where_they_differ():
     two = [{}, {"symbolic": 0.4}, {"positional": 0.1}, {"positional": 0.4, "symbolic": 0.4}, {}]
-    assert summarize(scripted_table(two), 6, fit=False)["peak_layer"] == 1  # 0.4 >= 0.5 x 0.8
+    s = summarize(scripted_table(two), 6, fit=False)
+    assert s["peak_layer"] == 3 and s["first_spike_layer"] == 1  # the maximum 0.8; the first 0.4 >= 0.5 x 0.8
+    assert (s["share_positional"], s["share_symbolic"]) == (0.4, 0.4)  # the shares are read at the peak
     bump = [{"symbolic": 0.15}, {}, {"positional": 0.2, "symbolic": 0.2}, {"positional": 0.3, "symbolic": 0.5},
             {"positional": 0.1}]
     s = summarize(scripted_table(bump), 6, fit=False)
-    assert s["peak_layer"] == 3 and s["share_symbolic"] == 0.5  # 0.15 < 0.5 x 0.8; the spike's top is layer 3
+    assert s["peak_layer"] == s["first_spike_layer"] == 3  # 0.15 < 0.5 x 0.8; the spike's top is layer 3
+    tied = [{"positional": 0.5}, {"symbolic": 0.5}]
+    assert summarize(scripted_table(tied), 6, fit=False)["peak_layer"] == 0  # a tie: the first
 
 
 def test_no_spike_no_peak():
     s = summarize(scripted_table([{"positional": 0.05}, {"reflexive": 0.9}, {"mixed": 0.5}]), 6, fit=False)
-    assert s["peak_layer"] is None and np.isnan(s["ratio_share"]) and np.isnan(s["ratio_fit"])
+    assert s["peak_layer"] is s["first_spike_layer"] is None and np.isnan(s["ratio_share"]) and np.isnan(s["ratio_fit"])
     assert summarize(pd.DataFrame(columns=["pair", "layer", "label"]), 6)["peak_layer"] is None
 
 
@@ -260,7 +264,8 @@ def test_table1_gives_each_model_both_ratios_and_each_vlm_its_difference_from_it
     assert t.loc["a_vl", "vlm_minus_llm_share"] == pytest.approx(2.0) and np.isnan(t.loc["a", "vlm_minus_llm_share"])
     assert t.loc["a_vl", "vlm_minus_llm_fit"] == pytest.approx(t.loc["a_vl", "ratio_fit"] - t.loc["a", "ratio_fit"])
     assert (t["peak_layer"] == 1).all() and (t["pairs"] == 20).all() and (t["correct_unpatched"] == 1.0).all()
-    assert {"peak_layer_definition", "ratio_share_definition", "ratio_fit_definition"} <= set(t.columns)
+    assert {"peak_layer_definition", "first_spike_layer_definition", "ratio_share_definition",
+            "ratio_fit_definition"} <= set(t.columns)
 
 
 def test_bad_binding_config_names_the_key():

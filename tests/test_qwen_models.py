@@ -72,3 +72,24 @@ def test_missing_weights_fail_at_once_naming_the_model(monkeypatch, tmp_path):
     with pytest.raises(QwenWeightsError, match="Qwen/Qwen2-VL-7B-Instruct") as e:
         load(QwenModel("Qwen/Qwen2-VL-7B-Instruct", "qwen2_vl", "vlm", "Qwen2"))
     assert time.time() - t0 < 1 and "qwen.tiny" in str(e.value) and "HF_HOME" in str(e.value)
+
+
+def test_a_qwen_job_stops_before_loading_on_an_old_transformers_and_on_a_tokenizer_without_chat_template(
+        monkeypatch):
+    import re
+    from pathlib import Path
+
+    from vlbind.qwen import jobs
+    from vlbind.qwen.models import MIN_TRANSFORMERS
+
+    spec = QwenModel("Qwen/Qwen3-8B", "qwen3", "llm", "Qwen3")
+    model, tok = jobs.for_job(spec, True, "float32", "cpu")  # the stand-in passes
+    tok.chat_template = None
+    with pytest.raises(jobs.QwenJobError, match=r"Qwen/Qwen3-8B: its tokenizer has no chat template.*-Instruct"):
+        jobs.preflight(spec, tok)
+    monkeypatch.setattr(jobs, "transformers_version", lambda: "4.56.2")
+    with pytest.raises(jobs.QwenJobError, match=re.escape(f"transformers>={MIN_TRANSFORMERS}")):
+        jobs.for_job(spec, True, "float32", "cpu")
+    root = Path(__file__).resolve().parents[1]
+    for f in ("pyproject.toml", "workflow/envs/vlbind.yaml"):  # the floor, stated once more where pip reads it
+        assert f"transformers>={MIN_TRANSFORMERS}" in (root / f).read_text(), f

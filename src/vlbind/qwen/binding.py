@@ -14,18 +14,24 @@ answer is the argmax of the last-token logits over the prompt's letters (" A", "
     positional: the original letter at c;   symbolic ("lexical"): the original letter of object w;
     reflexive: the original letter at s;    no effect: the original answer (entry q);
 checked in that order (their checker's order: with s = w the answer counts as symbolic), else "mixed".
-Every pair is kept (their default, no filtering) unless `filter_correct`. The chat has no system turn unless
-`system_turn` (their format_prompt sends the user's turn only); Qwen3's thinking setting is qwen.chat's.
+Every pair is kept (their default, no filtering) unless `filter_correct`. The prompt is rendered as their
+format_prompt renders it (`their_chat`): the user's turn only (a system turn with `system_turn`) and no thinking
+flag, each template's default. So Qwen3-8B (thinking on by default) and Qwen3-VL-8B-Instruct (a template without
+the switch) both end at the assistant turn's opening, `assistant\n`, and the same kind of token is patched in
+both; qwen.chat's `thinking: false` would end Qwen3-8B's prompt in an empty think block instead. The rows
+record the patched token (`patched_token`).
 
 The layer sweep is batched: the prompt's prefix (all but the last token) is run once and its key/value cache
 shared by one batch of last-token runs, the unpatched one and one per patched layer; patching the last token
 cannot change the prefix, so this equals a full forward per layer (tested).
 
 Summaries of the rows of one model (`summarize`), with `effect(L)` = share positional + share symbolic at L:
-- peak layer: the first spike of `effect` (paper, appendix F: a reflexive share is a read-out of an answer
-  already stored, and "the critical indicator of the binding mechanism is the first spike in causal effect"):
-  the first layer where effect >= spike_fraction * its maximum over layers, followed up while effect keeps
-  rising (a spike's top). No spike when the maximum is below min_effect. The reflexive share stays a column.
+- peak layer: the layer with the highest effect (paper, section 5.6: "we identified the layer with the highest
+  intervention effect as the primary binding layer"); none when that maximum is below min_effect (our
+  assumption: no binding layer in noise). The reflexive share stays a column.
+- first-spike layer, beside it: the first layer where effect >= spike_fraction * its maximum, followed up while
+  effect keeps rising (a spike's top): appendix F's rule for the from-scratch models ("the first spike in
+  causal effect"), which a reflexive read-out cannot win either. Table 1 reads the peak.
 - share ratio: share symbolic / share positional at the peak layer (inf where nothing is positional).
 - fitted ratio (Gur-Arieh et al.'s causal_model.py MinimalModel, fitted here to the peak layer's pairs): the
   patched distribution over the n entries is modelled as softmax over entries a of
@@ -38,6 +44,7 @@ Summaries of the rows of one model (`summarize`), with `effect(L)` = share posit
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import logging
 import time
@@ -66,8 +73,8 @@ class BindingConfig:
     filter_correct: bool = False  # [Gur-Arieh et al.] do_filter=False: pairs answered wrongly unpatched are kept
     system_turn: bool = False  # [Gur-Arieh et al.] format_prompt sends the user's turn only (a template may add
     # its default system prompt: Qwen2's and Qwen2.5's do); true: qwen.chat.system_prompt as in retrieval
-    spike_fraction: float = 0.5  # [assumption] first spike: effect >= this fraction of its maximum
-    min_effect: float = 0.1  # [assumption] no spike when positional + symbolic never reach this share
+    spike_fraction: float = 0.5  # [assumption] first spike (a column beside the peak): effect >= this x its maximum
+    min_effect: float = 0.1  # [assumption] no peak (and no spike) when positional + symbolic never reach this share
     layers_per_batch: int = 64  # patched last-token runs per forward (lower it if memory is short)
     seed: int = 21
 
@@ -126,6 +133,12 @@ def make_pairs(n_entries: int, count: int, seed: int) -> list[BoxesPair]:
     return out
 
 
+def their_chat(chat: Chat, cfg: BindingConfig) -> Chat:
+    """The chat Gur-Arieh et al.'s format_prompt renders: the user's turn (with qwen.chat's system prompt only if
+    `system_turn`) and no thinking flag (the template's default)."""
+    return dataclasses.replace(chat, system_prompt=chat.system_prompt if cfg.system_turn else None, thinking=None)
+
+
 def label_of(letter: str, predictions: dict) -> str:
     return next((k for k, v in predictions.items() if v == letter), "mixed")
 
@@ -178,8 +191,8 @@ def patched_last_logits(model, ids: torch.Tensor, layers: list[int | None], valu
 def interchange(model, tokenizer, pairs: list[BoxesPair], chat: Chat, *, filter_correct: bool = False,
                 layers_per_batch: int = 64, device: str = "cpu") -> pd.DataFrame:
     """One row per (pair, layer): the pair's entries q, c, s, w, whether the unpatched answer is right, the
-    patched label and the patched logits over the entries (entry order). With `filter_correct`, pairs answered
-    wrongly unpatched are left out; `attrs['dropped']` counts them."""
+    patched label, the patched logits over the entries (entry order) and the patched token (the prompt's last).
+    With `filter_correct`, pairs answered wrongly unpatched are left out; `attrs['dropped']` counts them."""
     rows, dropped, t0 = [], 0, time.time()
     n_layers = len(decoder_layers(model))
     for k, pair in enumerate(pairs):
@@ -196,11 +209,13 @@ def interchange(model, tokenizer, pairs: list[BoxesPair], chat: Chat, *, filter_
         for layer, row in enumerate(logits[1:]):
             letter = pair.letters[int(row.argmax())]
             rows.append({"pair": k, **pair.entries, "correct_unpatched": correct, "layer": layer,
-                         "label": label_of(letter, pair.predictions), "logits": row.tolist()})
+                         "label": label_of(letter, pair.predictions), "logits": row.tolist(),
+                         "patched_token": tokenizer.convert_ids_to_tokens(int(ids[0, -1]))})
         if (k + 1) % 50 == 0 or k + 1 == len(pairs):
             rate = (k + 1) / max(time.time() - t0, 1e-9)
             log.info("%d/%d pairs, %.2f pairs/s, ETA %.0f s", k + 1, len(pairs), rate, (len(pairs) - k - 1) / rate)
-    table = pd.DataFrame(rows, columns=["pair", "q", "c", "s", "w", "correct_unpatched", "layer", "label", "logits"])
+    table = pd.DataFrame(rows, columns=["pair", "q", "c", "s", "w", "correct_unpatched", "layer", "label", "logits",
+                                        "patched_token"])
     table.attrs["dropped"] = dropped
     return table
 
@@ -277,28 +292,40 @@ def fit_mechanisms(table: pd.DataFrame, n_entries: int, seed: int = 0, epochs: i
                 "ratio_fit": lexical / w_pos.item() if w_pos.item() != 0 else float("nan")}
 
 
+def peak(effect: pd.Series, min_effect: float) -> int | None:
+    """The layer of `effect`'s maximum (the first, if tied); None when the maximum is below min_effect."""
+    top = effect.max()
+    if not top >= min_effect or top <= 0:
+        return None
+    return int(effect.sort_index().idxmax())
+
+
 def summarize(table: pd.DataFrame, n_entries: int, spike_fraction: float = 0.5, min_effect: float = 0.1,
               fit: bool = True) -> dict:
-    """Peak layer (first spike of positional + symbolic), the label shares there, the share ratio and (with
-    `fit`) the fitted ratio; NaN where no pair was kept or there is no spike."""
-    empty = {"peak_layer": None, "ratio_share": float("nan"), "ratio_fit": float("nan"),
-             **{f"share_{k}": float("nan") for k in LABELS}}
+    """Peak layer (highest positional + symbolic share), the label shares there, the share ratio and (with
+    `fit`) the fitted ratio, and the first-spike layer beside them; NaN where no pair was kept or no layer
+    reaches min_effect."""
+    empty = {"peak_layer": None, "first_spike_layer": None, "ratio_share": float("nan"),
+             "ratio_fit": float("nan"), **{f"share_{k}": float("nan") for k in LABELS}}
     if table.empty:
         return empty
     s = shares(table)
-    peak = first_spike(s["positional"] + s["symbolic"], spike_fraction, min_effect)
-    if peak is None:
+    effect = s["positional"] + s["symbolic"]
+    at_peak = peak(effect, min_effect)
+    if at_peak is None:
         return empty
-    at = s.loc[peak]
-    out = {"peak_layer": peak, "ratio_share": float(at["symbolic"] / at["positional"]) if at["positional"] > 0
-           else float("inf"), **{f"share_{k}": float(at[k]) for k in LABELS}}
+    at = s.loc[at_peak]
+    out = {"peak_layer": at_peak, "first_spike_layer": first_spike(effect, spike_fraction, min_effect),
+           "ratio_share": float(at["symbolic"] / at["positional"]) if at["positional"] > 0 else float("inf"),
+           **{f"share_{k}": float(at[k]) for k in LABELS}}
     if fit:
-        out.update(fit_mechanisms(table[table["layer"] == peak], n_entries))
+        out.update(fit_mechanisms(table[table["layer"] == at_peak], n_entries))
     return {**empty, **out}
 
 
 DEFINITIONS = {
-    "peak_layer": "first spike of share positional + share symbolic (qwen.binding.spike_fraction, min_effect)",
+    "peak_layer": "layer of the highest share positional + share symbolic (section 5.6; qwen.binding.min_effect)",
+    "first_spike_layer": "first spike of share positional + share symbolic (appendix F; qwen.binding.spike_fraction)",
     "ratio_share": "share symbolic / share positional at the peak layer",
     "ratio_fit": "mean lexical gate / w_pos of Gur-Arieh et al.'s minimal model fitted at the peak layer",
 }
@@ -314,6 +341,8 @@ def table1(df: pd.DataFrame, cfg: BindingConfig) -> pd.DataFrame:
         rows.append({"model": model, "generation": generation, "kind": kind,
                      **summarize(t, cfg.n_entries, cfg.spike_fraction, cfg.min_effect),
                      "pairs": len(pairs), "correct_unpatched": float(pairs["correct_unpatched"].mean()),
+                     "patched_token": ", ".join(map(repr, pairs["patched_token"].unique()))
+                     if "patched_token" in pairs else "",
                      "pairs_dropped": int(t["dropped"].iloc[0])})
     out = pd.DataFrame(rows)
     for ratio in ("ratio_share", "ratio_fit"):

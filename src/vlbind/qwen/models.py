@@ -23,6 +23,11 @@ CLASSES = {"qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM", "qwen2_vl":
            "qwen2_5_vl": "Qwen2_5_VLForConditionalGeneration", "qwen3_vl": "Qwen3VLForConditionalGeneration"}
 
 
+# The oldest transformers with every class above (Qwen3-VL: 4.57; 4.57.0 was yanked) and from_pretrained(dtype=);
+# pyproject.toml and workflow/envs/vlbind.yaml require it too (tests hold the three equal).
+MIN_TRANSFORMERS = "4.57.1"
+
+
 class QwenWeightsError(RuntimeError):
     pass
 

@@ -112,42 +112,46 @@ def collect(model, tokenizer, prompts: list[ProbePrompt], chat: Chat, device: st
     return {r: (np.concatenate(feats[r], axis=1), np.concatenate(labels[r]), np.concatenate(groups[r])) for r in ROLES}
 
 
-def ridge_accuracy(x_train, y_train, x_test, y_test, ridges) -> tuple[np.ndarray, float]:
+def ridge_accuracy(x_train, y_train, x_test, y_test, ridges, device: str = "cpu") -> tuple[np.ndarray, float]:
     """(held-out accuracy (len(ridges), L) of ridge classifiers fitted per layer on x_train (L, N, d), chance):
     the dual solution X^T (X X^T + a I)^-1 Y of interp.probes.fit_and_score's primal one, on the same inputs
-    (interp.probes.ridge_inputs); one eigendecomposition serves every penalty."""
-    xt, onehot, xe, y_te, chance = ridge_inputs(x_train, y_train, x_test, y_test)
+    (interp.probes.ridge_inputs, float64); one eigendecomposition serves every penalty. Computed on `device`
+    (the job's GPU, where it has one): the Gram matrices and their eigendecompositions are the cost,
+    ~L (2 N^2 d + 9 N^3) flops (benchmarks/bench_qwen_probes.py)."""
+    xt, onehot, xe, y_te, chance = (t.to(device) if torch.is_tensor(t) else t
+                                    for t in ridge_inputs(x_train, y_train, x_test, y_test))
     eig, vec = torch.linalg.eigh(xt @ xt.transpose(1, 2))  # (L, N), (L, N, N)
     proj, cross = vec.transpose(1, 2) @ onehot, xe @ xt.transpose(1, 2)  # (L, N, C), (L, M, N)
     out = []
     for a in ridges:
         coef = vec @ (proj / (eig.clamp_min(0) + a)[..., None])
-        out.append(((cross @ coef).argmax(-1).numpy() == y_te[None]).mean(1))
+        out.append(((cross @ coef).argmax(-1).cpu().numpy() == y_te[None]).mean(1))
     return np.stack(out), chance
 
 
-def choose_ridge(x, y, groups, ridges, folds: int) -> np.ndarray:
+def choose_ridge(x, y, groups, ridges, folds: int, device: str = "cpu") -> np.ndarray:
     """Per layer, the penalty of `ridges` with the best mean accuracy over `folds` folds of the rows split by
     `groups` (the larger penalty on a tie)."""
     unique = np.unique(groups)
     fold_of = dict(zip(unique, np.arange(len(unique)) % folds))
     fold = np.array([fold_of[g] for g in groups])
-    acc = np.mean([ridge_accuracy(x[:, fold != f], y[fold != f], x[:, fold == f], y[fold == f], ridges)[0]
+    acc = np.mean([ridge_accuracy(x[:, fold != f], y[fold != f], x[:, fold == f], y[fold == f], ridges, device)[0]
                    for f in range(folds)], axis=0)  # (len(ridges), L)
     best = acc.shape[0] - 1 - np.argmax(acc[::-1], axis=0)
     return np.asarray(ridges)[best]
 
 
 def probe_table(model, tokenizer, cfg: QwenProbeConfig, chat: Chat, device: str = "cpu") -> pd.DataFrame:
-    """Tidy rows: role, layer, accuracy, chance, ridge (color decoded at the shape token)."""
+    """Tidy rows: role, layer, accuracy, chance, ridge (color decoded at the shape token); the model runs and the
+    probes are fitted on `device`."""
     rng = np.random.default_rng(cfg.seed)
     train, test = (collect(model, tokenizer, [make_prompt(rng, cfg.n_objects) for _ in range(n)], chat, device)
                    for n in (cfg.train_prompts, cfg.test_prompts))
     rows = []
     for role in ROLES:
         (x, y, groups), (xe, ye, _) = train[role], test[role]
-        chosen = choose_ridge(x, y, groups, cfg.ridges, cfg.folds)
-        acc, chance = ridge_accuracy(x, y, xe, ye, cfg.ridges)  # every penalty, every layer: one eigh per layer
+        chosen = choose_ridge(x, y, groups, cfg.ridges, cfg.folds, device)
+        acc, chance = ridge_accuracy(x, y, xe, ye, cfg.ridges, device)  # every penalty and layer: one eigh per layer
         for layer, ridge in enumerate(chosen):
             rows.append({"role": role, "layer": layer, "accuracy": float(acc[cfg.ridges.index(ridge), layer]),
                          "chance": chance, "ridge": float(ridge)})

@@ -111,7 +111,8 @@ class Chat:
 
     system_prompt: str | None = "You are a helpful assistant."  # [paper] appendix B; None: no system turn (the
     # template may add its own default)
-    thinking: bool = False  # [assumption] Qwen3's thinking mode (its template's enable_thinking) off
+    thinking: bool | None = False  # [assumption] Qwen3's thinking mode (its template's enable_thinking) off; None:
+    # no flag passed, each template's default (the binding prompt: binding.their_chat)
 
     @classmethod
     def from_dict(cls, d: dict) -> Chat:
@@ -124,9 +125,9 @@ class Chat:
 
     def render(self, tokenizer, text: str) -> str:
         """The model's chat template applied to `messages`, ending where the assistant's reply begins; the
-        thinking switch goes to every template (only Qwen3's reads it)."""
-        return tokenizer.apply_chat_template(self.messages(text), add_generation_prompt=True, tokenize=False,
-                                             enable_thinking=self.thinking)
+        thinking switch, unless None, goes to every template (only Qwen3's reads it)."""
+        flag = {} if self.thinking is None else {"enable_thinking": self.thinking}
+        return tokenizer.apply_chat_template(self.messages(text), add_generation_prompt=True, tokenize=False, **flag)
 
 
 _THINK = re.compile(r"<think>.*?(</think>|\Z)", flags=re.DOTALL)
