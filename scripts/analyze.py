@@ -2,18 +2,15 @@
 trained model -> a tidy parquet table tagged with variant and run."""
 from pathlib import Path
 
-import torch
-
 from vlbind.checkpoint import load_model
-from vlbind.device import resolve_device
+from vlbind.device import job_device
 from vlbind.files import atomic_write
 from vlbind.interp import analyze
 from vlbind.logs import setup_logging
 
 sm = snakemake  # noqa: F821 (injected by Snakemake)
 log = setup_logging(sm.log[0])
-torch.set_num_threads(sm.threads)
-device = resolve_device(sm.params.device)
+device, _ = job_device(sm.params.device, sm.threads)  # analyses run in fp32
 model, _ = load_model(Path(sm.input.model).parent, device)
 analysis = sm.wildcards.analysis
 table, summary = analyze(analysis, model, dict(sm.params.settings), device, sm.params.order)

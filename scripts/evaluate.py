@@ -4,10 +4,9 @@ first order evaluated)."""
 from pathlib import Path
 
 import pandas as pd
-import torch
 
 from vlbind.checkpoint import load_model
-from vlbind.device import precision_for, resolve_device
+from vlbind.device import job_device
 from vlbind.evaluate import EvalConfig, evaluate
 from vlbind.files import atomic_write
 from vlbind.logs import setup_logging
@@ -15,11 +14,10 @@ from vlbind.outcomes import convergence, divergence, ood_average
 
 sm = snakemake  # noqa: F821
 log = setup_logging(sm.log[0])
-torch.set_num_threads(sm.threads)
-device = resolve_device(sm.params.device)
+device, precision = job_device(sm.params.device, sm.threads, sm.params.precision)
 model, meta = load_model(Path(sm.input.model).parent, device)
 cfg = EvalConfig(**sm.params.evaluate)
-table = evaluate(model, cfg, device, precision_for(sm.params.precision, device))
+table = evaluate(model, cfg, device, precision)
 table.insert(0, "run", sm.wildcards.run)
 table.insert(0, "variant", sm.wildcards.variant)
 table["seed"] = meta["train_config"]["seed"]

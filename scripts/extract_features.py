@@ -1,17 +1,15 @@
 """Snakemake adapter: encode every image of a bank once with a frozen timm encoder."""
 import pandas as pd
-import torch
 
-from vlbind.device import precision_for, resolve_device
+from vlbind.device import job_device
 from vlbind.encoders import EncoderSpec, extract
 from vlbind.logs import setup_logging
 
 sm = snakemake  # noqa: F821 (injected by Snakemake)
 log = setup_logging(sm.log[0])
-torch.set_num_threads(sm.threads)
-device = resolve_device(sm.params.device)
+device, precision = job_device(sm.params.device, sm.threads, sm.params.precision)
 n_images = int(pd.read_parquet(sm.input.objects, columns=["image"])["image"].max()) + 1
 index = extract(EncoderSpec.from_dict(sm.params.encoder), sm.input.images, n_images, sm.output.features,
                 batch_size=sm.params.batch_size, device=device,
-                precision=precision_for(sm.params.precision, device))
+                precision=precision)
 log.info("wrote %s: %s", sm.output.features, index)

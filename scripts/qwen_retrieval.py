@@ -1,7 +1,5 @@
 """Snakemake adapter: Direct or Indirect Retrieval of one pretrained Qwen model (or its tiny stand-in)."""
-import torch
-
-from vlbind.device import resolve_device
+from vlbind.device import job_device
 from vlbind.files import atomic_write
 from vlbind.logs import setup_logging
 from vlbind.qwen import jobs, models
@@ -10,8 +8,7 @@ from vlbind.qwen.retrieval import evaluate
 
 sm = snakemake  # noqa: F821 (injected by Snakemake)
 log = setup_logging(sm.log[0])
-torch.set_num_threads(sm.threads)
-device = resolve_device(sm.params.device)
+device, _ = job_device(sm.params.device, sm.threads)  # the weights' dtype: jobs.for_job logs it
 spec = models.QwenModel.from_dict(sm.params.model)
 model, tok = jobs.for_job(spec, sm.params.tiny, sm.params.dtype, device)
 cfg, gen = PromptConfig.from_dict(sm.params.prompts), sm.params.generation

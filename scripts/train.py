@@ -5,7 +5,7 @@ import torch
 
 from vlbind.bank import ImageBank
 from vlbind.checkpoint import load_model
-from vlbind.device import resolve_device
+from vlbind.device import job_device
 from vlbind.logs import setup_logging
 from vlbind.model import ModelConfig, Transformer
 from vlbind.tasks import StageSpec
@@ -13,9 +13,8 @@ from vlbind.train import TrainConfig, train_stage
 
 sm = snakemake  # noqa: F821 (injected by Snakemake)
 setup_logging(sm.log[0], history=Path(sm.output.model).with_name("train.log"))  # keeps killed attempts
-torch.set_num_threads(sm.threads)
 params, seed = sm.params.stage, int(sm.wildcards.seed)
-device = resolve_device(sm.params.device)
+device, _ = job_device(sm.params.device, sm.threads, params["train"]["precision"])
 torch.manual_seed(seed)
 parent = str(Path(sm.input.parent[0]).parent) if sm.input.parent else None
 if parent:

@@ -344,3 +344,14 @@ def test_stage_params_carry_the_start_task_merged_over_the_stage_task():
     params = vlconfig.stage_params(config, "image", "render_cnn")
     assert params["start"]["task"] == {**params["task"], "max_objects": 2} and params["start"]["steps"] == 3000
     assert "start" not in vlconfig.stage_params(config, "mixed", "render_cnn")
+
+
+def test_a_job_logs_its_device_and_precision_first(caplog):
+    import logging
+
+    from vlbind.device import job_device
+
+    with caplog.at_level(logging.INFO, logger="vlbind"):
+        assert job_device("cpu", 1) == ("cpu", "fp32")
+        assert job_device("cpu", 1, {"cpu": "fp32", "cuda": "bf16"}) == ("cpu", "fp32")
+    assert caplog.messages == ["device cpu, 1 thread, fp32"] * 2

@@ -3,6 +3,7 @@
 import itertools
 import math
 import os
+import sys
 import time
 from pathlib import Path
 
@@ -378,3 +379,21 @@ def test_image_stage_validates_on_held_out_renderings_only(tmp_path, monkeypatch
     assert shown["train"] and shown["val"] and not shown["train"] & shown["val"]
     held_out = set(bank.images_of[:, :, -1].ravel().tolist())  # val_images 0.25 of 4 renderings: the last one
     assert shown["val"] <= held_out
+
+
+def test_a_missing_cairo_library_stops_rendering_naming_what_to_install(monkeypatch):
+    import builtins
+
+    from vlbind.render import MissingSystemLibrary
+
+    real_import = builtins.__import__
+
+    def no_cairo(name, *args, **kwargs):  # what cairocffi raises on a machine without libcairo
+        if name == "cairosvg":
+            raise OSError("no library called \"cairo-2\" was found")
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.delitem(sys.modules, "cairosvg", raising=False)
+    monkeypatch.setattr(builtins, "__import__", no_cairo)
+    with pytest.raises(MissingSystemLibrary, match=r"cairo system library.*apt install libcairo2.*conda-forge cairo"):
+        render([(0, 0, (10, 10, 50, 50))], size=64)

@@ -136,6 +136,12 @@ def test_every_stage_has_a_checkpoint_and_every_job_a_log(smoke_tree):
     logs = ["render/per_object.log", "figures/fig7.log", "encoders/cnn_tiny.log"]
     for log in logs + [f"features/{e}/per_object.log" for e in ENCODERS]:
         assert (smoke_tree / "results/logs" / log).stat().st_size > 0
+    model_jobs = ["train/seed0/text_s1.log", "train/seed1-cnn_tiny/image.log", "evaluate/text_only/seed0.log",
+                  "interp/probes/image_text/seed0-vit_tiny.log", "features/vit_tiny/per_object.log",
+                  "encoders/cnn_tiny.log"]
+    for log in model_jobs:  # where it ran and in which precision, in its first lines
+        head = (smoke_tree / "results/logs" / log).read_text().splitlines()[:3]
+        assert any(re.search(r"device cpu, 1 thread, (bf16 autocast|fp32)$", line) for line in head), (log, head)
     for encoder, dim in (("vit_tiny", 192), ("cnn_tiny", 512)):
         meta = json.loads((smoke_tree / f"results/models/seed0-{encoder}/image/meta.json").read_text())
         assert meta["parent"] == "results/models/seed0/grounding" and meta["model_config"]["image_dim"] == dim

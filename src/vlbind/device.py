@@ -60,3 +60,27 @@ def autocast(device, precision: str):
     import torch
 
     return torch.autocast(torch.device(device).type, dtype=torch.bfloat16, enabled=precision == "bf16")
+
+
+def job_device(name: str, threads: int, precision: dict | None = None) -> tuple[str, str]:
+    """What every model job does first: use `threads` torch threads, resolve config key `device` (`name`) and
+    its `precision` section (the autocast precision_for picks; "fp32" without one) for this machine, and log
+    where the job runs, e.g. "device cuda:0 (NVIDIA H200), bf16 autocast" or "device cpu, 1 thread, bf16
+    autocast". Returns (device, precision)."""
+    import logging
+
+    import torch
+
+    torch.set_num_threads(threads)
+    device = resolve_device(name)
+    chosen = precision_for(precision, device) if precision is not None else "fp32"
+    if device.startswith("cuda"):
+        where = f"{device if ':' in device else 'cuda:' + str(torch.cuda.current_device())} " \
+                f"({torch.cuda.get_device_name(torch.device(device))})"
+    else:
+        where = f"cpu, {threads} thread{'s' if threads != 1 else ''}"
+        if chosen == "bf16":
+            where += "" if cpu_has_bf16() else " (no native bf16: emulated, slow)"
+    what = "bf16 autocast" if chosen == "bf16" else "fp32"
+    logging.getLogger("vlbind").info("device %s, %s", where, what)
+    return device, chosen

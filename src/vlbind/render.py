@@ -116,10 +116,30 @@ def svg(objects: list[tuple[int, int, tuple[int, int, int, int]]], size: int) ->
     return "".join(parts) + "</svg>"
 
 
+class MissingSystemLibrary(RuntimeError):
+    pass
+
+
+CAIRO_HELP = ("rendering needs the cairo system library, which cairosvg could not load ({error}). Install it: "
+              "Debian/Ubuntu `sudo apt install libcairo2`, Fedora `sudo dnf install cairo`, macOS `brew install "
+              "cairo`, conda `conda install -c conda-forge cairo`; then rerun the job")
+
+
+def _cairosvg():
+    """cairosvg, or MissingSystemLibrary saying what to install when the cairo library it loads is absent
+    (cairocffi's own message only names 'cairo-2')."""
+    try:
+        import cairosvg
+    except OSError as e:
+        raise MissingSystemLibrary(CAIRO_HELP.format(error=e)) from None
+    return cairosvg
+
+
 def rasterize(svg_text: str) -> np.ndarray:
-    """(size, size, 3) uint8 RGB."""
-    import cairosvg
+    """(size, size, 3) uint8 RGB. Raises MissingSystemLibrary without the cairo system library."""
     from PIL import Image
+
+    cairosvg = _cairosvg()
 
     png = cairosvg.svg2png(bytestring=svg_text.encode())
     return np.asarray(Image.open(io.BytesIO(png)).convert("RGB"))

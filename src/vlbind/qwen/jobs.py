@@ -3,6 +3,8 @@ columns every Qwen result table starts with."""
 
 from __future__ import annotations
 
+import logging
+
 from .models import MIN_TRANSFORMERS, QwenModel, load
 from .tiny import tiny
 
@@ -39,6 +41,8 @@ def for_job(spec: QwenModel, tiny_model: bool, dtype: str, device: str):
     preflight(spec)
     model, tok = tiny(spec.model_type) if tiny_model else load(spec, dtype, device)
     preflight(spec, tok)
+    logging.getLogger("vlbind").info("%s: %s weights%s", spec.repo, str(model.dtype).removeprefix("torch."),
+                                     " (tiny random stand-in)" if tiny_model else "")
     return model.to(device), tok
 
 
