@@ -66,6 +66,32 @@ def test_resume_after_kill_reaches_the_uninterrupted_weights(tmp_path, spec, cfg
     pd.testing.assert_series_equal(a["train_loss"], b["train_loss"])
 
 
+@pytest.mark.parametrize("cfg", [CFG, DENSE_CFG], ids=["plain", "dense"])
+def test_batches_drawn_ahead_by_a_thread_train_the_weights_drawn_in_the_loop_and_resume_to_them(tmp_path, cfg):
+    start = (StageSpec(8, 8, 8, 2, 2, shuffle=False), 5)  # a stage start switches the task mid-stream
+    inline = fresh()
+    meta = train_stage(inline, SPEC, cfg, tmp_path / "inline", stage="text_s1", start=start, ahead=0)
+    ahead = fresh()
+    train_stage(ahead, SPEC, cfg, tmp_path / "ahead", stage="text_s1", start=start, ahead=3)
+    for k, v in inline.state_dict().items():
+        assert torch.equal(ahead.state_dict()[k], v), k
+    for a, b in (("inline", "ahead"),):
+        curves = [pd.read_parquet(tmp_path / d / "metrics.parquet").drop(columns="steps_per_s") for d in (a, b)]
+        pd.testing.assert_frame_equal(*curves)
+
+    def die(s):
+        if s == 8:
+            raise Kill
+
+    with pytest.raises(Kill):  # killed with the thread three batches ahead of the saved state
+        train_stage(fresh(), SPEC, cfg, tmp_path / "killed", stage="text_s1", start=start, callback=die, ahead=3)
+    resumed = fresh()
+    assert train_stage(resumed, SPEC, cfg, tmp_path / "killed", stage="text_s1", start=start, ahead=3)["resumed"]
+    for k, v in inline.state_dict().items():
+        assert torch.equal(resumed.state_dict()[k], v), k
+    assert meta["steps"] == cfg.max_steps
+
+
 def test_resume_weights_are_the_running_models_at_its_last_save(tmp_path):
     run, seen = fresh(), {}
 
@@ -250,8 +276,8 @@ def test_run_summary_counts_runs_left_out():
                     eval_table("text_only", "seed2", 0.5, 0.1, min_in_distribution=0.95),
                     eval_table("noise_text", "seed0", 0.99, 0.1, diverged=True)]).assign(order="fixed")
     lines = run_summary(ood_table(df).reset_index()).splitlines()[1:]
-    assert lines == ["  fixed     text_only         2 of 3 runs converged, OOD 30.0 ± 10.0 %",
-                     "  fixed     noise_text        0 of 1 runs converged (1 diverged), no OOD mean"]
+    assert lines == ["  fixed     text_only          2 of 3 runs converged, OOD 30.0 ± 10.0 %",
+                     "  fixed     noise_text         0 of 1 runs converged (1 diverged), no OOD mean"]
 
 
 def test_max_steps_zero_passes_the_starting_weights_through_and_scores_them(tmp_path):

@@ -29,6 +29,8 @@ import json
 import logging
 import math
 import os
+import queue
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
@@ -160,16 +162,70 @@ def validation_set(spec: StageSpec, cfg: TrainConfig, chunk: int = 256, bank: Im
     return [generate(spec, s, rng, bank=bank) for s in batch_sizes(cfg.val_size, chunk)]
 
 
+class Batches:
+    """A stage's training batches `first`..`last` - 1, drawn ahead of the loop by a background thread (`ahead` >
+    0) or in the loop (`ahead` 0). Batch k is `draw(k)` (k = steps done before it) from `rng` right after batch
+    k - 1, as the loop would draw it, and comes with the RNG state after it, which the loop saves in its resume
+    state: a stage trains to the same weights with or without the thread, and resumes to them. The thread
+    overlaps numpy prompt generation with the model's step (on a GPU, with the host's launch work)."""
+
+    def __init__(self, draw: Callable[[int], Batch], rng: np.random.Generator, first: int, last: int,
+                 ahead: int = 2):
+        self.draw, self.rng, self.next_step, self.last, self.ahead = draw, rng, first, last, ahead
+        if ahead:
+            self.queue: queue.Queue = queue.Queue(maxsize=ahead)
+            self.stop = threading.Event()
+            self.thread = threading.Thread(target=self._produce, daemon=True, name="vlbind-batches")
+            self.thread.start()
+
+    def _make(self) -> tuple[Batch, dict]:
+        batch = self.draw(self.next_step)
+        self.next_step += 1
+        return batch, self.rng.bit_generator.state
+
+    def _produce(self) -> None:
+        while not self.stop.is_set() and self.next_step < self.last:
+            try:
+                item = self._make()
+            except BaseException as e:  # handed to the loop, which raises it
+                item = e
+            while not self.stop.is_set():
+                try:
+                    self.queue.put(item, timeout=0.1)
+                    break
+                except queue.Full:
+                    pass
+            if isinstance(item, BaseException):
+                return
+
+    def next(self) -> tuple[Batch, dict]:
+        """(the next batch, the RNG state right after drawing it)."""
+        if not self.ahead:
+            return self._make()
+        item = self.queue.get()
+        if isinstance(item, BaseException):
+            raise item
+        return item
+
+    def close(self) -> None:
+        if self.ahead:
+            self.stop.set()
+            self.thread.join()
+
+
 def fingerprint(*parts) -> str:
     return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
 def train_stage(model: Transformer, spec: StageSpec, cfg: TrainConfig, out_dir: Path, *, stage: str,
                 device="cpu", parent: str | None = None, bank: ImageBank | None = None,
-                start: tuple[StageSpec, int] | None = None, callback: Callable[[int], None] | None = None) -> dict:
+                start: tuple[StageSpec, int] | None = None, callback: Callable[[int], None] | None = None,
+                ahead: int = 2) -> dict:
     """Train `model` in place on prompts from `spec` (image contexts read from `bank`); write the stage's
     model directory; return its meta. `start` = (spec, steps), not in the paper: the first `steps` training
-    batches come from that spec instead (validation always from `spec`).
+    batches come from that spec instead (validation always from `spec`). `ahead` batches are drawn ahead by
+    a background thread (Batches; 0: in the loop; the weights are the same). Between validations nothing
+    waits on the device: losses and gradient norms stay there and are read at each validation.
 
     `callback(step)` runs after every optimizer step (tests use it to simulate a kill or inject a NaN).
     """
@@ -197,52 +253,59 @@ def train_stage(model: Transformer, spec: StageSpec, cfg: TrainConfig, out_dir: 
         bank, val_bank = bank.split(cfg.val_images)
     val = validation_set(spec, cfg, bank=val_bank)
 
+    def draw(done: int) -> Batch:
+        batch = generate(start_spec if done < start_steps else spec, cfg.batch_size, rng, bank=bank)
+        return pack_queries(batch) if cfg.queries == "all" else batch
+
+    batches = Batches(draw, rng, step, cfg.max_steps, ahead)
     t0, t_last, step_last, losses, reason = time.time(), time.time(), step, [], "max_steps"
-    while step < cfg.max_steps:
-        batch = generate(start_spec if step < start_steps else spec, cfg.batch_size, rng, bank=bank)
-        if cfg.queries == "all":
-            batch = pack_queries(batch)
-        loss = training_loss(model, batch, cfg, device, bank)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        grad_norm = float(torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip))
-        step += 1
-        for g in opt.param_groups:
-            g["lr"] = lr_at(step, cfg)
-        opt.step()
-        losses.append(loss.item())
-        if callback is not None:
-            callback(step)
-        if step % cfg.eval_every and step != cfg.max_steps:
-            continue
-        acc = accuracy(model, val, device, cfg.precision, val_bank)
-        now = time.time()
-        rate = (step - step_last) / max(now - t_last, 1e-9)
-        t_last, step_last = now, step
-        history.append({"step": step, "train_loss": float(np.mean(losses)), "val_accuracy": acc,
-                        "lr": lr_at(step, cfg), "grad_norm": grad_norm, "steps_per_s": rate,
-                        "finite": bool(np.isfinite(losses).all())})
-        losses = []
-        if acc >= best_acc + cfg.min_delta or best_acc < 0:
-            best_acc, best_step = acc, step
-            best_state = {k: v.detach().clone() for k, v in model.state_dict().items()}
-        log.info("%s step %d/%d objects %d..%d loss %.4f val_acc %.4f best %.4f@%d | %.1f steps/s, %.0f tok/s, "
-                 "ETA to cap %s", stage, step, cfg.max_steps, spec.min_objects, spec.max_objects,
-                 history[-1]["train_loss"], acc, best_acc, best_step, rate,
-                 rate * cfg.batch_size * batch.tokens.shape[1], _eta((cfg.max_steps - step) / max(rate, 1e-9)))
-        if not history[-1]["finite"]:
-            reason = "non_finite_loss"
-            break
-        if cfg.target_accuracy is not None and acc >= cfg.target_accuracy:
-            reason = "target_accuracy"
-            break
-        if (step - best_step) >= cfg.patience * cfg.eval_every:
-            reason = "plateau"
-            break
-        if step % ckpt_every == 0:
-            progress = {"step": step, "best_acc": best_acc, "best_step": best_step, "history": history,
-                        "rng_state": rng.bit_generator.state, "wall_seconds": wall_before + time.time() - t0}
-            _save_resume(out_dir / RESUME_FILE, key, model, opt, progress, best_state)
+    try:
+        while step < cfg.max_steps:
+            batch, rng_state = batches.next()
+            loss = training_loss(model, batch, cfg, device, bank)
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)  # stays on the device
+            step += 1
+            for g in opt.param_groups:
+                g["lr"] = lr_at(step, cfg)
+            opt.step()
+            losses.append(loss.detach())
+            if callback is not None:
+                callback(step)
+            if step % cfg.eval_every and step != cfg.max_steps:
+                continue
+            acc = accuracy(model, val, device, cfg.precision, val_bank)
+            now = time.time()
+            rate = (step - step_last) / max(now - t_last, 1e-9)
+            t_last, step_last = now, step
+            trained = torch.stack(losses).double()  # the one wait on the device between validations
+            history.append({"step": step, "train_loss": float(trained.mean()), "val_accuracy": acc,
+                            "lr": lr_at(step, cfg), "grad_norm": float(grad_norm), "steps_per_s": rate,
+                            "finite": bool(torch.isfinite(trained).all())})
+            losses = []
+            if acc >= best_acc + cfg.min_delta or best_acc < 0:
+                best_acc, best_step = acc, step
+                best_state = {k: v.detach().clone() for k, v in model.state_dict().items()}
+            log.info("%s step %d/%d objects %d..%d loss %.4f val_acc %.4f best %.4f@%d | %.1f steps/s, %.0f tok/s, "
+                     "ETA to cap %s", stage, step, cfg.max_steps, spec.min_objects, spec.max_objects,
+                     history[-1]["train_loss"], acc, best_acc, best_step, rate,
+                     rate * cfg.batch_size * batch.tokens.shape[1], _eta((cfg.max_steps - step) / max(rate, 1e-9)))
+            if not history[-1]["finite"]:
+                reason = "non_finite_loss"
+                break
+            if cfg.target_accuracy is not None and acc >= cfg.target_accuracy:
+                reason = "target_accuracy"
+                break
+            if (step - best_step) >= cfg.patience * cfg.eval_every:
+                reason = "plateau"
+                break
+            if step % ckpt_every == 0:
+                progress = {"step": step, "best_acc": best_acc, "best_step": best_step, "history": history,
+                            "rng_state": rng_state, "wall_seconds": wall_before + time.time() - t0}
+                _save_resume(out_dir / RESUME_FILE, key, model, opt, progress, best_state)
+    finally:
+        batches.close()
 
     if not history:  # max_steps 0: the starting weights pass through; record what they score on this stage
         best_acc = accuracy(model, val, device, cfg.precision, val_bank)
