@@ -47,7 +47,7 @@ def circuit_label(interchange: pd.DataFrame, probes: pd.DataFrame, spike_thresho
     binding = probes[(probes["role"] == "context shape") & (probes["attribute"] == "color")]
     margin = float((binding["accuracy"] - binding["chance"]).max()) if len(binding) else float("nan")
     at_spike = interchange[interchange["layer"] == spike].set_index("label")["fraction"]
-    shares = {k: float(at_spike.get(k, 0.0)) for k in LABELS}
+    shares = {k: float(at_spike.get(k, 0.0)) if spike is not None else float("nan") for k in LABELS}
     out = {"spike_layer": spike, "readout_layer": readout, "color_at_context_shape": margin,
            **{f"share_{k}": v for k, v in shares.items()}}
     if spike is None:
