@@ -187,6 +187,9 @@ def _check_ranges(config: dict) -> None:
     seeds = config["seeds"]
     if len(set(seeds)) != len(seeds):
         raise _error("seeds", f"{seeds} lists a seed twice; each seed is one run")
+    for variant, subset in config.get("variant_seeds", {}).items():
+        if not set(subset) <= set(seeds):
+            raise _error(f"variant_seeds.{variant}", f"{subset} must be seeds of `seeds` ({seeds})")
 
 
 def _check_encoders(config: dict) -> None:
@@ -311,10 +314,12 @@ def lineage(stage: str) -> list[str]:
 
 
 def variant_runs(config: dict, variant: str) -> list[str]:
-    """Run ids of a variant: one per seed, or per seed and encoder for image-trained variants."""
+    """Run ids of a variant: one per seed (all of `seeds`, or those `variant_seeds` gives it), or per seed and
+    encoder for image-trained variants."""
+    seeds = config.get("variant_seeds", {}).get(variant, config["seeds"])
     if VARIANT_STAGE[variant] in VISION_STAGES:
-        return [f"seed{s}-{e}" for s in config["seeds"] for e in config["vision"]["encoders"]]
-    return [f"seed{s}" for s in config["seeds"]]
+        return [f"seed{s}-{e}" for s in seeds for e in config["vision"]["encoders"]]
+    return [f"seed{s}" for s in seeds]
 
 
 def parse_run(run: str) -> tuple[int, str | None]:
