@@ -51,8 +51,8 @@ def main() -> None:
     time_fit(1, 32, 64, cfg, args.device)  # warm-up
     sizes = [(2, 48, 256), (2, 48, 1024), (2, 96, 256), (2, 96, 1024), (2, 128, 512), (2, 64, 2048)]
     rows = []
-    print(f"{'layers':>6} {'rows':>5} {'dim':>5} {'seconds':>8}  (one role, {cfg.folds} folds, {len(cfg.ridges)} penalties,"
-          f" {args.device}, {args.threads} thread(s))")
+    print(f"{'layers':>6} {'rows':>5} {'dim':>5} {'seconds':>8}  (one role, {cfg.folds} folds, "
+          f"{len(cfg.ridges)} penalties, {args.device}, {args.threads} thread(s))")
     for layers, prompts, dim in sizes:
         s = time_fit(layers, prompts, dim, cfg, args.device)
         rows.append((*flops(layers, prompts * cfg.n_objects, dim, cfg.folds), s))

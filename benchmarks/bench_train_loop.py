@@ -5,8 +5,9 @@ optimizer), for the paper's model, mini's, and one so small that its step costs 
     python benchmarks/bench_train_loop.py [--device cuda] [--threads 1] [--steps 300]
 
 Batch 32, every object queried (mini's dense supervision), 2..8 objects of text_s3's task, bf16 autocast where
-the device computes it natively. The loop runs with its batches drawn ahead by a thread (the default) and in the
-loop (`ahead` 0); one validation of 32 prompts at the end is included in the loop's time. Runs unchanged on CUDA.
+the device computes it natively. The loop runs with its batches drawn ahead by a thread (train_stage's default on
+CUDA) and in the loop (`ahead` 0, its default on a CPU); one validation of 32 prompts at the end is included in
+the loop's time. Runs unchanged on CUDA.
 """
 import argparse
 import tempfile

@@ -220,12 +220,14 @@ def fingerprint(*parts) -> str:
 def train_stage(model: Transformer, spec: StageSpec, cfg: TrainConfig, out_dir: Path, *, stage: str,
                 device="cpu", parent: str | None = None, bank: ImageBank | None = None,
                 start: tuple[StageSpec, int] | None = None, callback: Callable[[int], None] | None = None,
-                ahead: int = 2) -> dict:
+                ahead: int | None = None) -> dict:
     """Train `model` in place on prompts from `spec` (image contexts read from `bank`); write the stage's
     model directory; return its meta. `start` = (spec, steps), not in the paper: the first `steps` training
     batches come from that spec instead (validation always from `spec`). `ahead` batches are drawn ahead by
-    a background thread (Batches; 0: in the loop; the weights are the same). Between validations nothing
-    waits on the device: losses and gradient norms stay there and are read at each validation.
+    a background thread (Batches; 0: in the loop; the weights are the same); None: 2 on CUDA, 0 on a CPU, where
+    the thread shares the cores with the step (benchmarks/bench_train_loop.py: no gain at mini's size, a loss
+    at 1 x 16). Between validations nothing waits on the device: losses and gradient norms stay there and are
+    read at each validation.
 
     `callback(step)` runs after every optimizer step (tests use it to simulate a kill or inject a NaN).
     """
@@ -257,6 +259,8 @@ def train_stage(model: Transformer, spec: StageSpec, cfg: TrainConfig, out_dir: 
         batch = generate(start_spec if done < start_steps else spec, cfg.batch_size, rng, bank=bank)
         return pack_queries(batch) if cfg.queries == "all" else batch
 
+    if ahead is None:
+        ahead = 2 if str(device).startswith("cuda") else 0
     batches = Batches(draw, rng, step, cfg.max_steps, ahead)
     t0, t_last, step_last, losses, reason = time.time(), time.time(), step, [], "max_steps"
     try:
