@@ -2,9 +2,10 @@
 packing, the step, the bookkeeping) against the model alone on one fixed batch (forward + backward + clipping +
 optimizer), for the paper's model, mini's, and one so small that its step costs about what a GPU step does.
 
-    python benchmarks/bench_train_loop.py [--device cuda] [--threads 1] [--steps 300]
+    python benchmarks/bench_train_loop.py [--device cuda] [--threads 1] [--steps 300] [--queries one]
 
-Batch 32, every object queried (mini's dense supervision), 2..8 objects of text_s3's task, bf16 autocast where
+Batch 32, every object queried (mini's dense supervision; `--queries one`: the paper's one query per prompt),
+2..8 objects of text_s3's task, bf16 autocast where
 the device computes it natively. The loop runs with its batches drawn ahead by a thread (train_stage's default on
 CUDA) and in the loop (`ahead` 0, its default on a CPU); one validation of 32 prompts at the end is included in
 the loop's time. Runs unchanged on CUDA.
@@ -37,7 +38,8 @@ def model_only(cfg: ModelConfig, train: TrainConfig, device: str, steps: int) ->
     torch.manual_seed(0)
     model = Transformer(cfg).to(device).train()
     opt = make_optimizer(model, train)
-    batch = pack_queries(generate(SPEC, train.batch_size, np.random.default_rng(0)))
+    batch = generate(SPEC, train.batch_size, np.random.default_rng(0))
+    batch = pack_queries(batch) if train.queries == "all" else batch
 
     def step():
         loss = training_loss(model, batch, train, device)
@@ -73,13 +75,14 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--steps", type=int, default=300)
     ap.add_argument("--models", nargs="*", default=list(MODELS))
+    ap.add_argument("--queries", choices=["all", "one"], default="all")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     precision = precision_for({"cpu": "auto", "cuda": "bf16"}, args.device)
-    train = TrainConfig(batch_size=32, queries="all", precision=precision, max_steps=args.steps,
+    train = TrainConfig(batch_size=32, queries=args.queries, precision=precision, max_steps=args.steps,
                         eval_every=args.steps, val_size=32, checkpoint_every=10 * args.steps, warmup_steps=10)
     name = torch.cuda.get_device_name() if args.device.startswith("cuda") else f"cpu, {args.threads} thread(s)"
-    print(f"device {name}, {precision}, batch 32 dense, {args.steps} steps")
+    print(f"device {name}, {precision}, batch 32, queries {args.queries}, {args.steps} steps")
     print(f"{'model':<16} {'model alone':>12} {'loop, ahead':>12} {'loop, inline':>13} {'ahead / alone':>14}")
     for key in args.models:
         cfg = MODELS[key]
