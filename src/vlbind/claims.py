@@ -29,7 +29,7 @@ LEARNT = 0.5  # in-distribution accuracy at least 0.5 above chance: the run has 
 SYMBOLIC = ("Symbolic-A", "Symbolic-B")
 
 
-def run_summary(evals: pd.DataFrame, order: str) -> pd.DataFrame:
+def per_run(evals: pd.DataFrame, order: str) -> pd.DataFrame:
     """One row per run of one prompt order: variant, run, seed, used (neither diverged nor unconverged), in
     distribution accuracy and its chance, OOD accuracy and its chance (means over lengths, each length equal)."""
     df = evals[evals["order"] == order] if "order" in evals else evals
@@ -129,12 +129,29 @@ def combine(rows: list[dict], claim: str, statement: str, needs: dict[str, str])
             "rule": "holds if " + ", ".join(f"{c} {w}" for c, w in needs.items()) + "; fails if none of them does"}
 
 
+# "A > B out of distribution" claims (a, b, claim, statement): the paper's three, then the control arm's four
+COMPARISONS = [
+    ("image_text", "text_only", "image_beats_text",
+     "image_text > text_only out of distribution (paper: 69.5 vs 37.2 %)"),
+    ("noise_text", "text_only", "noise_helps_text",
+     "noise helps the text arm: noise_text > text_only (paper: 57.5 vs 37.2 %)"),
+    ("noise_image_text", "noise_text", "noise_image_beats_noise_text",
+     "noise_image_text > noise_text (paper: 83.6 vs 57.5 %)"),
+    ("text_bind", "text_only", "bind_loss_helps_text", "the binding loss alone raises text OOD: text_bind > text_only"),
+    ("noise_text_bind", "noise_text", "bind_loss_helps_noise_text",
+     "the binding loss alone raises noise_text OOD: noise_text_bind > noise_text"),
+    ("image_text", "text_bind", "images_beyond_bind_loss", "images add to the binding loss: image_text > text_bind"),
+    ("noise_image_text", "noise_text_bind", "noise_images_beyond_bind_loss",
+     "images add to the binding loss with noise: noise_image_text > noise_text_bind"),
+]
+
+
 def claims_table(evals: pd.DataFrame, circuits: pd.DataFrame) -> pd.DataFrame:
     """Every claim the variants present can test (README lists them), in the paper's order, then the control's.
     `evals`: evaluation tables of every variant (tables.read_eval_tables); `circuits`: circuits.csv."""
     orders = list(evals["order"].unique()) if "order" in evals else ["shuffled"]
     order = orders[0]
-    runs = run_summary(evals, order)
+    runs = per_run(evals, order)
     have = set(runs["variant"])
     rows = []
 
@@ -153,26 +170,16 @@ def claims_table(evals: pd.DataFrame, circuits: pd.DataFrame) -> pd.DataFrame:
     if images := present(["image_text", "noise_image_text"]):
         rows.append(labels(circuits, images, SYMBOLIC, "images_symbolic",
                            "image training makes the model bind symbolically"))
-    pair("image_text", "text_only", "image_beats_text",
-         "image_text > text_only out of distribution (paper: 69.5 vs 37.2 %)")
-    pair("noise_text", "text_only", "noise_helps_text",
-         "noise helps the text arm: noise_text > text_only (paper: 57.5 vs 37.2 %)")
-    pair("noise_image_text", "noise_text", "noise_image_beats_noise_text",
-         "noise_image_text > noise_text (paper: 83.6 vs 57.5 %)")
+    for a, b, claim, statement in COMPARISONS[:3]:
+        pair(a, b, claim, statement)
     # the control arm: the text arm plus the image arm's binding loss (config.CONTROLS)
     if controls := present(["text_bind", "noise_text_bind"]):
         rows.append(labels(circuits, controls, SYMBOLIC, "bind_loss_symbolic",
                            "the binding loss alone makes the text arm bind symbolically"))
-    pair("text_bind", "text_only", "bind_loss_helps_text",
-         "the binding loss alone raises text OOD: text_bind > text_only")
-    pair("noise_text_bind", "noise_text", "bind_loss_helps_noise_text",
-         "the binding loss alone raises noise_text OOD: noise_text_bind > noise_text")
-    pair("image_text", "text_bind", "images_beyond_bind_loss",
-         "images add to the binding loss: image_text > text_bind")
-    pair("noise_image_text", "noise_text_bind", "noise_images_beyond_bind_loss",
-         "images add to the binding loss with noise: noise_image_text > noise_text_bind")
+    for a, b, claim, statement in COMPARISONS[3:]:
+        pair(a, b, claim, statement)
     if "text_bind_shuffled" in have and "shuffled" in orders:
-        rows.append(learns(run_summary(evals, "shuffled"), "text_bind_shuffled", "shuffled",
+        rows.append(learns(per_run(evals, "shuffled"), "text_bind_shuffled", "shuffled",
                            "bind_loss_learns_shuffled", "with the binding loss, text training on shuffled lists "
                            "learns them"))
     if {"text_bind", "image_text"} <= have:
