@@ -10,10 +10,10 @@ from vlbind.logs import setup_logging
 
 sm = snakemake  # noqa: F821 (injected by Snakemake)
 log = setup_logging(sm.log[0])
-device, _ = job_device(sm.params.device, sm.threads)  # analyses run in fp32
+device, precision = job_device(sm.params.device, sm.threads, sm.params.precision)
 model, _ = load_model(Path(sm.input.model).parent, device)
 analysis = sm.wildcards.analysis
-table, summary = analyze(analysis, model, dict(sm.params.settings), device, sm.params.order)
+table, summary = analyze(analysis, model, dict(sm.params.settings), device, sm.params.order, precision)
 log.info("%s: %s", analysis, summary)
 table.insert(0, "run", sm.wildcards.run)
 table.insert(0, "variant", sm.wildcards.variant)

@@ -354,6 +354,24 @@ def test_every_analysis_runs_on_the_order_it_is_given(model, analysis, monkeypat
     assert seen and all(seen)
 
 
+@pytest.mark.parametrize("analysis", ["interchange", "knockout", "probes", "layer_relevance"])
+def test_every_analysis_runs_in_the_precision_it_is_given(model, analysis):
+    from vlbind.interp import analyze
+
+    settings = {"interchange": {"pairs": 8, "seed": 1}, "knockout": {"prompts": 8, "seed": 1},
+                "probes": {"train_prompts": 16, "test_prompts": 8, "ridge": 1.0, "seed": 1},
+                "layer_relevance": {"prompts": 8, "seed": 1}}[analysis]
+    tables = {}
+    for precision, dtype in (("fp32", torch.float32), ("bf16", torch.bfloat16)):
+        seen = set()
+        with model.hooks([(f"blocks.{i}.hook_mlp_out", lambda x, name, seen=seen: seen.add(x.dtype))
+                          for i in range(model.cfg.n_layers)]):
+            tables[precision], _ = analyze(analysis, model, settings, order="fixed", precision=precision)
+        assert seen == {dtype}
+    fp32, bf16 = tables["fp32"], tables["bf16"]
+    assert list(fp32.columns) == list(bf16.columns) and len(fp32) == len(bf16)
+
+
 def test_the_registry_names_each_analysis_module_and_figures_that_exist():
     import importlib
 

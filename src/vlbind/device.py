@@ -56,10 +56,15 @@ def cuda_has_bf16() -> bool:
 
 
 def autocast(device, precision: str):
-    """bf16 autocast on `device` when `precision` (what precision_for chose) is "bf16", else a no-op context."""
+    """bf16 autocast on `device` when `precision` (what precision_for chose) is "bf16", else a no-op context: an
+    autocast the caller opened stays on (interp.analyze opens one around code that calls this with "fp32")."""
+    from contextlib import nullcontext
+
     import torch
 
-    return torch.autocast(torch.device(device).type, dtype=torch.bfloat16, enabled=precision == "bf16")
+    if precision != "bf16":
+        return nullcontext()
+    return torch.autocast(torch.device(device).type, dtype=torch.bfloat16)
 
 
 def job_device(name: str, threads: int, precision: dict | None = None) -> tuple[str, str]:

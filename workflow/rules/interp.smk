@@ -20,6 +20,7 @@ rule analyze:
     params:
         settings=lambda wc: vlconfig.canonical(config["interp"][wc.analysis]),
         order=config["interp"]["order"],
+        precision=vlconfig.canonical(config["precision"]),
         device=config["device"],
     script:
         "../../scripts/analyze.py"
