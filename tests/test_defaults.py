@@ -9,6 +9,10 @@ from test_config_reference import ROOT
 
 from vlbind import config as vlconfig
 from vlbind.evaluate import EvalConfig
+from vlbind.interp.circuits import CircuitRule
+from vlbind.interp.interchange import InterchangeConfig
+from vlbind.interp.knockout import KnockoutConfig
+from vlbind.interp.layer_relevance import LayerRelevanceConfig
 from vlbind.interp.probes import ProbeConfig
 from vlbind.model import ModelConfig
 from vlbind.qwen.binding import BindingConfig
@@ -20,6 +24,8 @@ from vlbind.train import TrainConfig
 
 PAPER = vlconfig.load([ROOT / "config/config.yaml"])
 SECTIONS = {TrainConfig: PAPER["train"], EvalConfig: PAPER["evaluate"], ProbeConfig: PAPER["interp"]["probes"],
+            InterchangeConfig: PAPER["interp"]["interchange"], KnockoutConfig: PAPER["interp"]["knockout"],
+            LayerRelevanceConfig: PAPER["interp"]["layer_relevance"], CircuitRule: PAPER["interp"]["circuits"],
             ModelConfig: PAPER["model"], RenderConfig: PAPER["render"], PromptConfig: PAPER["qwen"]["prompts"],
             Chat: PAPER["qwen"]["chat"], BindingConfig: PAPER["qwen"]["binding"],
             QwenProbeConfig: PAPER["qwen"]["probes"]}

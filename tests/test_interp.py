@@ -7,7 +7,7 @@ import torch
 from test_tasks import keys_in_context_order, solve
 
 from vlbind.inference import model_inputs
-from vlbind.interp.circuits import circuit_label, first_spike
+from vlbind.interp.circuits import circuit_label, effect
 from vlbind.interp.interchange import (
     LABELS,
     MECHANISMS,
@@ -22,6 +22,7 @@ from vlbind.interp.knockout import MATCHING, accuracy_with_knockout, edge_mask, 
 from vlbind.interp.layer_relevance import block_cosines, skip_accuracy, spearman
 from vlbind.interp.probes import ProbeConfig, fit_and_score, probe_table
 from vlbind.interp.prompts import analysis_prompts
+from vlbind.mechanisms import first_spike
 from vlbind.model import ModelConfig, Transformer, patch_hook
 from vlbind.tasks import Role, prompt_text
 from vlbind.vocab import VOCAB
@@ -166,7 +167,7 @@ def test_first_spike_and_circuit_labels():
     cases = {"positional": "Positional", "color_key": "Symbolic-A", "shape_key": "Symbolic-B"}
     for mechanism, circuit in cases.items():
         t = table([early, {"no_effect": 0.3, mechanism: 0.6, "reflexive": 0.1}, {"reflexive": 1.0}])
-        assert first_spike(t) == 1
+        assert first_spike(effect(t), 0.5) == 1
         label = circuit_label(t, probes)
         assert label["circuit"] == circuit and label["probes_agree"] == (circuit != "Positional")
     assert circuit_label(table([early, early]), probes)["circuit"] == "none"
@@ -175,7 +176,7 @@ def test_first_spike_and_circuit_labels():
     assert (unresolved["circuit"], unresolved["winner"], unresolved["runner_up"]) == ("unresolved", "reflexive",
                                                                                       "positional")
     empty = table([{}])
-    assert first_spike(empty) is None  # no pair kept: no spike, not a spike at layer 0
+    assert first_spike(effect(empty), 0.5) is None  # no pair kept: no spike, not a spike at layer 0
 
 
 def test_the_readout_layer_never_decides_a_label():
@@ -376,13 +377,12 @@ def test_the_registry_names_each_analysis_module_and_figures_that_exist():
     import importlib
 
     from vlbind import figures
-    from vlbind.interp import ANALYSES
+    from vlbind.interp import ANALYSES, analyze, runner
 
     for analysis, figs in ANALYSES.items():
-        assert callable(importlib.import_module(f"vlbind.interp.{analysis}").run)
+        assert runner(analysis) is importlib.import_module(f"vlbind.interp.{analysis}").run
         assert figs and all(f in figures.FIGURES for f in figs)
     drawn = {f for figs in ANALYSES.values() for f in figs}
     assert set(figures.FIGURES) - drawn == {"fig3", "fig8"}  # drawn from the evaluation tables
     with pytest.raises(ValueError, match="valid"):
-        from vlbind.interp import analyze
         analyze("patching", None, {})

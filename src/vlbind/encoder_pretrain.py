@@ -22,7 +22,7 @@ import torch.nn.functional as F
 from .device import autocast
 from .encoders import normalizer, to_tensor
 from .files import atomic_write, write_json
-from .render import SHAPES, RenderConfig, layout_objects, render
+from .render import SHAPES, RenderConfig, layout_objects, placements, render
 from .settings import from_dict
 
 log = logging.getLogger(__name__)
@@ -54,8 +54,7 @@ def render_set(cfg: PretrainConfig, size: int, n_colors: int) -> tuple[np.ndarra
     """(images (N, size, size, 3) uint8, color (N,), shape (N,)) with 0-based labels, one object per image."""
     objects = layout_objects(RenderConfig(size=size, n_colors=n_colors, variants=cfg.variants, seed=cfg.seed,
                                           min_scale=cfg.min_scale, max_scale=cfg.max_scale))
-    images = np.stack([render([(r.color - 1, r.shape - 1, (r.x0, r.y0, r.x1, r.y1))], size)
-                       for r in objects.itertuples()])
+    images = np.stack([render([placed], size) for placed in placements(objects)])
     return images, objects["color"].to_numpy() - 1, objects["shape"].to_numpy() - 1
 
 

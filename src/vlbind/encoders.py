@@ -30,7 +30,7 @@ import torch
 import torch.nn.functional as F
 
 from .device import autocast
-from .files import write_json
+from .files import atomic_write, write_json
 from .render import load_image
 from .settings import from_dict
 
@@ -156,11 +156,10 @@ def extract(spec: EncoderSpec, image_dir: Path, n_images: int, out: Path, *, bat
     model = (model or load_encoder(spec)).to(device)
     mean, std = normalizer(model)
     out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(f".{out.name}.tmp")
-    features = None
     t0 = time.time()
-    try:
+
+    def write(tmp) -> None:
+        features = None
         for start in range(0, n_images, batch_size):
             ids = range(start, min(start + batch_size, n_images))
             x = to_tensor(np.stack([load_image(image_dir, i) for i in ids]), mean, std).to(device)
@@ -175,11 +174,8 @@ def extract(spec: EncoderSpec, image_dir: Path, n_images: int, out: Path, *, bat
             log.info("%s: %d/%d images, %.1f images/s, ETA %.0f s", spec.timm_name, done, n_images, rate,
                      (n_images - done) / rate)
         features.flush()
-        del features
-        os.replace(tmp, out)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
+
+    atomic_write(out, write)
     arr = np.load(out, mmap_mode="r")
     index = {"encoder": spec.to_dict(), "n_images": n_images, "tokens_per_image": arr.shape[1],
              "dim": arr.shape[2], "grid": math.isqrt(arr.shape[1]), "precision": precision}

@@ -29,10 +29,25 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
 
+from .files import atomic_write  # noqa: E402
 from .outcomes import ood_average  # noqa: E402
 from .tables import VARIANT_ORDER, by_order, converged, is_diverged, is_unconverged, ood_summary  # noqa: E402
 
 VARIANT_COLORS = dict(zip(VARIANT_ORDER, sns.color_palette("tab10", len(VARIANT_ORDER))))
+
+
+# The figures a rule draws by name from tidy tables, registered where each is defined (fig7 draws from the
+# image bank: rule fig7; the Qwen figures: qwen.figures).
+def registry(figures: dict):
+    """A decorator that registers a figure function in `figures` under its name, where it is defined."""
+    def register(fn):
+        figures[fn.__name__] = fn
+        return fn
+    return register
+
+
+FIGURES: dict = {}
+figure = registry(FIGURES)
 
 
 def _variants(df):
@@ -49,19 +64,20 @@ def _train_range(ax, df):
 ORDER_TITLES = {"fixed": "association list in context order", "shuffled": "association list shuffled"}
 
 
-def fig3(df: pd.DataFrame, path: str | Path, note: str = "") -> None:
+@figure
+def fig3(df: pd.DataFrame, path: str | Path, note: str = "") -> pd.DataFrame:
     panels = by_order(df)
     fig, axes = plt.subplots(1, len(panels), figsize=(6.4 * len(panels), 4.0), sharey=True, squeeze=False)
     for ax, (order, d) in zip(axes[0], panels):
         _fig3_panel(ax, d)
         if len(panels) > 1:
             ax.set_title(ORDER_TITLES[order], fontsize=9)
-    title = _title("Indirect retrieval: accuracy vs context size", note)
+    title = titled("Indirect retrieval: accuracy vs context size", note)
     if len(panels) > 1:
         fig.suptitle(title, fontsize=9)
     else:
         axes[0][0].set_title(title, fontsize=9)
-    _save(fig, path)
+    return save(fig, path)
 
 
 def _fig3_panel(ax, df: pd.DataFrame) -> None:
@@ -92,7 +108,8 @@ def _left_out(s: pd.Series) -> str:
     return f", {' and '.join(parts)} left out" if parts else ""
 
 
-def fig8(df: pd.DataFrame, path: str | Path, note: str = "") -> None:
+@figure
+def fig8(df: pd.DataFrame, path: str | Path, note: str = "") -> pd.DataFrame:
     variants, rows = _variants(df), by_order(df)
     fig, axes = plt.subplots(len(rows), len(variants), figsize=(4.0 * len(variants), 3.4 * len(rows)), sharey=True,
                              squeeze=False)
@@ -110,10 +127,10 @@ def fig8(df: pd.DataFrame, path: str | Path, note: str = "") -> None:
             ax.set_ylabel("accuracy")
     if note:
         fig.suptitle(_note(note), fontsize=9)
-    _save(fig, path)
+    return save(fig, path)
 
 
-def fig7(objects: pd.DataFrame, image_dir: Path, path: str | Path, n: int = 24, seed: int = 0) -> None:
+def fig7(objects: pd.DataFrame, image_dir: Path, path: str | Path, n: int = 24, seed: int = 0) -> pd.DataFrame:
     """A sheet of `n` example images of the bank, each titled with its objects' tokens and shapes."""
     from .render import load_image
 
@@ -131,7 +148,7 @@ def fig7(objects: pd.DataFrame, image_dir: Path, path: str | Path, n: int = 24, 
         o = objects[objects["image"] == image]
         ax.set_title("\n".join(f"color{r.color:04d} {r.shape_name}" for r in o.itertuples()), fontsize=5)
     fig.suptitle(f"Rendered context images ({len(objects['image'].unique())} in the bank)", fontsize=9)
-    _save(fig, path)
+    return save(fig, path)
 
 
 LABEL_COLORS = {"positional": "tab:blue", "color_key": "tab:green", "shape_key": "tab:olive",
@@ -152,7 +169,8 @@ def _shares(df: pd.DataFrame) -> pd.DataFrame:
     return df.pivot_table(index="layer", columns="label", values="fraction", aggfunc="mean").fillna(0.0)
 
 
-def fig4(df: pd.DataFrame, path, note: str = "", circuits: pd.DataFrame | None = None) -> None:
+@figure
+def fig4(df: pd.DataFrame, path, note: str = "", circuits: pd.DataFrame | None = None) -> pd.DataFrame:
     """Label shares per layer, a panel per variant (mean over its runs); where a variant's runs carry different
     circuit labels, a panel per label, so that runs that disagree are not averaged into one picture."""
     labels = {} if circuits is None else {(r.variant, r.run): r.circuit for r in circuits.itertuples()}
@@ -174,12 +192,13 @@ def fig4(df: pd.DataFrame, path, note: str = "", circuits: pd.DataFrame | None =
         ax.set_title(f"{title}\n{d['run'].nunique()} runs, {kept} pairs", fontsize=7)
     axes[0][0].set_ylabel("share of patched answers")
     axes[0][-1].legend(fontsize=6, loc="upper left", bbox_to_anchor=(1.0, 1.0))
-    fig.suptitle(_title("Interchange interventions: binding mechanism per layer (the last layer is the read-out)",
+    fig.suptitle(titled("Interchange interventions: binding mechanism per layer (the last layer is the read-out)",
                         note), fontsize=9)
-    _save(fig, path)
+    return save(fig, path)
 
 
-def fig9(df: pd.DataFrame, path, note: str = "", circuits: pd.DataFrame | None = None) -> None:
+@figure
+def fig9(df: pd.DataFrame, path, note: str = "", circuits: pd.DataFrame | None = None) -> pd.DataFrame:
     runs = df[["variant", "run"]].drop_duplicates().to_numpy().tolist()
     cols = min(4, len(runs))
     rows = -(-len(runs) // cols)
@@ -194,11 +213,12 @@ def fig9(df: pd.DataFrame, path, note: str = "", circuits: pd.DataFrame | None =
         extra = "" if c is None else f"\n{c.circuit}{weak}, first spike at layer {c.spike_layer}"
         ax.set_title(f"{v} / {run}{extra}", fontsize=7)
     axes.flat[0].legend(fontsize=5)
-    fig.suptitle(_title("Interchange interventions per run", note), fontsize=9)
-    _save(fig, path)
+    fig.suptitle(titled("Interchange interventions per run", note), fontsize=9)
+    return save(fig, path)
 
 
-def fig10(df: pd.DataFrame, path, note: str = "", circuits: pd.DataFrame | None = None) -> None:
+@figure
+def fig10(df: pd.DataFrame, path, note: str = "", circuits: pd.DataFrame | None = None) -> pd.DataFrame:
     variants = _variants(df)
     fig, axes = plt.subplots(2, len(variants), figsize=(3.8 * len(variants), 6.6), squeeze=False,
                              gridspec_kw={"height_ratios": [3, 2]})
@@ -217,11 +237,12 @@ def fig10(df: pd.DataFrame, path, note: str = "", circuits: pd.DataFrame | None 
         axes[1][k].barh([f"{s} -> {t}" for s, t in m.index], m.to_numpy(), color="tab:red")
         axes[1][k].set(xlabel="accuracy drop", title="matching edges (same object)")
         axes[1][k].tick_params(labelsize=6)
-    fig.suptitle(_title("Attention knockouts, all layers", note), fontsize=9)
-    _save(fig, path)
+    fig.suptitle(titled("Attention knockouts, all layers", note), fontsize=9)
+    return save(fig, path)
 
 
-def fig11(df: pd.DataFrame, path, note: str = "", circuits: pd.DataFrame | None = None) -> None:
+@figure
+def fig11(df: pd.DataFrame, path, note: str = "", circuits: pd.DataFrame | None = None) -> pd.DataFrame:
     variants, roles = _variants(df), list(dict.fromkeys(df["role"]))
     attr_colors = {"slot": "tab:blue", "color": "tab:green", "shape": "tab:olive", "item": "tab:purple"}
     fig, axes = plt.subplots(len(variants), len(roles), figsize=(2.4 * len(roles), 2.1 * len(variants)),
@@ -242,11 +263,12 @@ def fig11(df: pd.DataFrame, path, note: str = "", circuits: pd.DataFrame | None 
     axes[0][-1].legend(fontsize=6)
     for ax in axes[-1]:
         ax.set_xlabel("layer")
-    fig.suptitle(_title("Linear probes: what each position's residual stream holds (dotted: chance)", note), fontsize=9)
-    _save(fig, path)
+    fig.suptitle(titled("Linear probes: what each position's residual stream holds (dotted: chance)", note), fontsize=9)
+    return save(fig, path)
 
 
-def fig12(df: pd.DataFrame, path, note: str = "", circuits: pd.DataFrame | None = None) -> None:
+@figure
+def fig12(df: pd.DataFrame, path, note: str = "", circuits: pd.DataFrame | None = None) -> pd.DataFrame:
     variants = _variants(df)
     roles = ["context shape", "association shape"]
     fig, axes = plt.subplots(len(roles), len(variants), figsize=(3.4 * len(variants), 2.6 * len(roles)),
@@ -261,11 +283,12 @@ def fig12(df: pd.DataFrame, path, note: str = "", circuits: pd.DataFrame | None 
         axes[0][j].legend(fontsize=5)
     for ax in axes[:, 0]:
         ax.set_ylabel("probe accuracy - chance")
-    fig.suptitle(_title("Binding signature per run", note), fontsize=9)
-    _save(fig, path)
+    fig.suptitle(titled("Binding signature per run", note), fontsize=9)
+    return save(fig, path)
 
 
-def fig13(df: pd.DataFrame, path, note: str = "", circuits: pd.DataFrame | None = None) -> None:
+@figure
+def fig13(df: pd.DataFrame, path, note: str = "", circuits: pd.DataFrame | None = None) -> pd.DataFrame:
     d = df[df["kind"] == "matching"].copy()
     d["edge"] = d["source"] + " -> " + d["target"]
     d["model"] = d["variant"] + " / " + d["run"]
@@ -274,11 +297,12 @@ def fig13(df: pd.DataFrame, path, note: str = "", circuits: pd.DataFrame | None 
     sns.heatmap(table, ax=ax, cmap="Reds", vmin=0, annot=True, fmt=".2f", annot_kws={"fontsize": 6})
     ax.set(xlabel="", ylabel="")
     ax.tick_params(labelsize=6)
-    ax.set_title(_title("Matching-edge knockouts per run (accuracy drop)", note), fontsize=9)
-    _save(fig, path)
+    ax.set_title(titled("Matching-edge knockouts per run (accuracy drop)", note), fontsize=9)
+    return save(fig, path)
 
 
-def fig_layer_relevance(df: pd.DataFrame, path, note: str = "", circuits: pd.DataFrame | None = None) -> None:
+@figure
+def fig_layer_relevance(df: pd.DataFrame, path, note: str = "", circuits: pd.DataFrame | None = None) -> pd.DataFrame:
     variants = _variants(df)
     fig, axes = plt.subplots(1, len(variants), figsize=(3.6 * len(variants), 3.2), squeeze=False)
     for ax, v in zip(axes[0], variants):
@@ -290,11 +314,11 @@ def fig_layer_relevance(df: pd.DataFrame, path, note: str = "", circuits: pd.Dat
         ax.title.set_fontsize(8)
     axes[0][0].set_ylabel("accuracy drop when the block is skipped")
     axes[0][-1].legend(fontsize=6)
-    fig.suptitle(_title("Layer relevance: similarity vs removal", note), fontsize=9)
-    _save(fig, path)
+    fig.suptitle(titled("Layer relevance: similarity vs removal", note), fontsize=9)
+    return save(fig, path)
 
 
-def _title(title: str, note: str) -> str:
+def titled(title: str, note: str) -> str:
     """`title`, then the config's figure note (if any) on the lines below it."""
     return f"{title}\n{_note(note)}" if note else title
 
@@ -304,15 +328,37 @@ def _note(note: str, width: int = 90) -> str:
     return textwrap.fill(note, width)
 
 
-def _save(fig, path) -> None:
+def save(fig, path) -> pd.DataFrame:
+    """Lay out `fig`, write it to `path` atomically (its format from the suffix), close it and return what it
+    drew (`plotted`): every figure function returns that, so tests check the data, not just a file header."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     fig.tight_layout()
-    tmp = path.with_name(f".{path.name}.tmp{path.suffix}")
-    fig.savefig(tmp)
-    tmp.replace(path)
+    drawn = plotted(fig)
+    atomic_write(path, lambda tmp: fig.savefig(tmp, format=path.suffix.lstrip(".")))
     plt.close(fig)
+    return drawn
 
 
-# The figures a rule draws by name from tidy tables (fig7 draws from the image bank: rule fig7).
-FIGURES = {f.__name__: f for f in (fig3, fig8, fig4, fig9, fig10, fig11, fig12, fig13, fig_layer_relevance)}
+def plotted(fig) -> pd.DataFrame:
+    """The data a figure shows, one row per point: panel (axes index), title, kind (line, bar, scatter or cell),
+    series (the artist's legend label; a heatmap cell's row), x, y (a cell: its column and value)."""
+    rows = []
+    for panel, ax in enumerate(fig.axes):
+        points = []
+        for line in ax.get_lines():
+            points += [("line", line.get_label(), x, y) for x, y in zip(line.get_xdata(), line.get_ydata())]
+        for bars in ax.containers:  # vertical bars: (center, height); horizontal ones: (center, width)
+            points += [("bar", bars.get_label(), b.get_x() + b.get_width() / 2, b.get_height())
+                       if bars.orientation == "vertical" else
+                       ("bar", bars.get_label(), b.get_y() + b.get_height() / 2, b.get_width()) for b in bars]
+        for coll in ax.collections:
+            ys, xs = ax.get_yticklabels(), ax.get_xticklabels()
+            if isinstance(coll, matplotlib.collections.QuadMesh) and coll.get_array().size == len(ys) * len(xs):
+                values = np.ma.filled(coll.get_array().astype(float), np.nan).reshape(len(ys), len(xs))
+                points += [("cell", r.get_text(), c.get_text(), values[i, j])  # a heatmap (not its colorbar)
+                           for i, r in enumerate(ys) for j, c in enumerate(xs)]
+            elif isinstance(coll, matplotlib.collections.PathCollection):
+                points += [("scatter", coll.get_label(), x, y) for x, y in coll.get_offsets()]
+        rows += [(panel, ax.get_title(), *point) for point in points]
+    return pd.DataFrame(rows, columns=["panel", "title", "kind", "series", "x", "y"])
+

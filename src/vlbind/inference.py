@@ -36,7 +36,7 @@ def model_inputs(batch: Batch, device, bank: ImageBank | None = None):
 def answer_logits(model: Transformer, batch: Batch, device, precision: str = "fp32",
                   bank: ImageBank | None = None, at: np.ndarray | None = None) -> torch.Tensor:
     """Logits at each prompt's [ANSWER] position, (B, vocab), float32; for a packed batch at every query
-    block's [ANSWER], (B, Q, vocab); with `at` (B, K), at those positions instead (entries -1, the padding
+    group's [ANSWER], (B, Q, vocab); with `at` (B, K), at those positions instead (entries -1, the padding
     of answer_pos, give meaningless rows). The last block and the unembedding run there only."""
     tokens, positions, images = model_inputs(batch, device, bank)
     groups = None if batch.groups is None else torch.from_numpy(batch.groups).to(device)

@@ -246,7 +246,7 @@ class Transformer(nn.Module):
         work); its hook points see every position as usual when one of them has hooks attached (the full
         last block runs then).
         groups (B, T): query groups of a packed batch (tasks.pack_queries), -1 for the shared prefix. A
-        position of block j attends causally to the prefix and to block j only.
+        position of query group j attends causally to the prefix and to group j only.
         """
         B, T = tokens.shape
         if positions is None:

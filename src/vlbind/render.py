@@ -185,8 +185,8 @@ def layout_objects(cfg: RenderConfig) -> pd.DataFrame:
     return df
 
 
-def image_objects(objects: pd.DataFrame, image: int) -> list[tuple[int, int, tuple[int, int, int, int]]]:
-    rows = objects[objects["image"] == image]
+def placements(rows: pd.DataFrame) -> list[tuple[int, int, tuple[int, int, int, int]]]:
+    """layout_objects rows as `render` draws them: (color index, shape index, box), 0-based."""
     return [(r.color - 1, r.shape - 1, (r.x0, r.y0, r.x1, r.y1)) for r in rows.itertuples()]
 
 
@@ -205,7 +205,7 @@ def render_bank(cfg: RenderConfig, out_dir: Path, progress=None) -> pd.DataFrame
     objects = layout_objects(cfg)
     images = sorted(objects["image"].unique())
     for image, group in objects.groupby("image"):
-        pixels = render([(r.color - 1, r.shape - 1, (r.x0, r.y0, r.x1, r.y1)) for r in group.itertuples()], cfg.size)
+        pixels = render(placements(group), cfg.size)
         atomic_write(image_path(out_dir / "images", image), lambda tmp, p=pixels: Image.fromarray(p).save(tmp, "PNG"))
         if progress is not None:
             progress(image + 1, len(images))

@@ -19,7 +19,7 @@ follows. `materialize_noise=True` instead writes the [NOISE] tokens out (for dis
 proves both realisations equal when noise keys are masked).
 
 Dense supervision (`pack_queries`, not in the paper): one sequence holds a context once and a query group for
-each of its objects; the model's block mask makes every block exactly one prompt of the paper's distribution.
+each of its objects; the model's group mask makes every query group exactly one prompt of the paper's distribution.
 
 Everything is vectorised over the batch with numpy; randomness comes only from the `rng` argument.
 """
@@ -106,6 +106,7 @@ class StageSpec:
 
 
 ORDERS = ("fixed", "shuffled")  # association list in context order or in random order (StageSpec.shuffle)
+PAPER_ORDER = "shuffled"  # the paper's (config key interp.order); the analyses' default
 
 
 def in_order(spec: StageSpec, order: str) -> StageSpec:
@@ -301,8 +302,8 @@ def pack_queries(batch: Batch, vocab: Vocab = VOCAB) -> Batch:
 
     The shared prefix (everything before [QUESTION]) is followed by n query groups `[QUESTION] q_p [ANSWER]`,
     p = 0..n-1, each at the RoPE positions of the prompt's single query group. `groups` marks each position's
-    block; the model lets a block attend to the prefix and to itself only (Transformer.residual), so block p
-    is exactly the prompt that queries slot p. answer_pos, target and query_slot become (B, Q), Q = the
+    query group; the model lets a group attend to the prefix and to itself only (Transformer.residual), so
+    group p is exactly the prompt that queries slot p. answer_pos, target and query_slot become (B, Q), Q = the
     largest n, -1 where a prompt has fewer objects.
     """
     if batch.groups is not None:
@@ -382,7 +383,7 @@ def _materialize(b: Batch, vocab: Vocab) -> Batch:
 def prompt_text(batch: Batch, i: int, vocab: Vocab = VOCAB) -> str:
     """Prompt i in the paper's text format, up to and including [ANSWER] (the last one of a packed prompt);
     an image context is shown as `<image ID: K tokens>` per image (ID = its bank row)."""
-    words, t, end = [], 0, int(np.max(batch.answer_pos[i])) + 1  # a packed prompt: its last block
+    words, t, end = [], 0, int(np.max(batch.answer_pos[i])) + 1  # a packed prompt: its last query group
     while t < end:
         image = batch.image_ids[i, t]
         if image < 0:

@@ -3,17 +3,16 @@ attention knockouts, linear probes and layer relevance. All run on text prompts,
 
 from __future__ import annotations
 
-import importlib
-
 from ..device import autocast
+from ..tasks import PAPER_ORDER
 
-# The registry: analysis name (= its module, whose `run(model, settings, device, order)` returns (table, summary))
-# -> the figures drawn from its tables (vlbind.figures). Config key interp.<name> holds its settings.
+# Analysis name (config key interp.<name> holds its settings; `runner` gives the code it runs) -> the figures
+# drawn from its tables (vlbind.figures). Names only: the DAG is built from them without importing torch.
 ANALYSES = {"interchange": ("fig4", "fig9"), "knockout": ("fig10", "fig13"), "probes": ("fig11", "fig12"),
             "layer_relevance": ("fig_layer_relevance",)}
 
 
-def analyze(analysis: str, model, settings: dict, device="cpu", order: str = "shuffled", precision: str = "fp32"):
+def analyze(analysis: str, model, settings: dict, device="cpu", order: str = PAPER_ORDER, precision: str = "fp32"):
     """Run one analysis of ANALYSES on `model` with its config section (config key interp.<analysis>), on
     prompts whose association lists are in `order` (config key interp.order; tasks.ORDERS), under the autocast
     `precision` (device.precision_for: "bf16" or "fp32"; config key `precision`, as training and evaluation).
@@ -21,10 +20,21 @@ def analyze(analysis: str, model, settings: dict, device="cpu", order: str = "sh
     Returns (table, summary): a tidy DataFrame, one row per measurement, and a dict of run-level numbers that
     are also stored as table columns (interchange: pairs generated and kept; layer relevance: the Spearman
     correlation of cosine and skip drop; empty for the others)."""
-    if analysis not in ANALYSES:
-        raise ValueError(f"unknown analysis {analysis!r}; valid: {list(ANALYSES)}")
+    run = runner(analysis)
     with autocast(device, precision):
-        table, summary = importlib.import_module(f"{__name__}.{analysis}").run(model, settings, device, order)
+        table, summary = run(model, settings, device, order)
     for k, v in summary.items():
         table[k] = v
     return table, summary
+
+
+def runner(analysis: str):
+    """The function that runs `analysis`: `run(model, settings, device, order) -> (table, summary)` of its module
+    (imported on call: the analyses import torch, building the DAG does not)."""
+    from . import interchange, knockout, layer_relevance, probes
+
+    runs = {"interchange": interchange.run, "knockout": knockout.run, "probes": probes.run,
+            "layer_relevance": layer_relevance.run}
+    if analysis not in ANALYSES:
+        raise ValueError(f"unknown analysis {analysis!r}; valid: {list(ANALYSES)}")
+    return runs[analysis]

@@ -8,19 +8,20 @@ nothing about how the answer was bound. The rule never looks at it (`readout_lay
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import pandas as pd
 
-from .interchange import LABELS
+from ..mechanisms import SCRATCH_LABELS as LABELS
+from ..mechanisms import first_spike
 
 
-def first_spike(table: pd.DataFrame, threshold: float = 0.5) -> int | None:
-    """The first layer where patching changes the answer in at least `threshold` of the pairs (None if
-    none does, or no pair was kept because the model solves none)."""
-    if table["count"].sum() == 0:
-        return None
-    effect = 1 - table[table["label"] == "no_effect"].set_index("layer")["fraction"].sort_index()
-    hit = effect[effect >= threshold]
-    return int(hit.index[0]) if len(hit) else None
+def effect(interchange: pd.DataFrame) -> pd.Series:
+    """Share of pairs whose answer the patch changes (1 - no_effect), per layer: appendix F's "causal effect",
+    any change counting (reflexive and mixed too). Empty when no pair was kept (the model solves none)."""
+    if interchange["count"].sum() == 0:
+        return pd.Series(dtype=float)
+    return 1 - interchange[interchange["label"] == "no_effect"].set_index("layer")["fraction"]
 
 
 CIRCUITS = {"positional": "Positional", "color_key": "Symbolic-A", "shape_key": "Symbolic-B"}
@@ -28,9 +29,18 @@ CIRCUITS = {"positional": "Positional", "color_key": "Symbolic-A", "shape_key": 
 CANDIDATES = (*CIRCUITS, *(k for k in LABELS if k not in CIRCUITS and k != "no_effect"))
 
 
-def circuit_label(interchange: pd.DataFrame, probes: pd.DataFrame, spike_threshold: float = 0.5,
-                  probe_margin: float = 0.2, weak_share: float = 0.5, weak_lead: float = 0.2) -> dict:
-    """Label one run Positional, Symbolic-A (color key) or Symbolic-B (shape key); the documented rule:
+@dataclass(frozen=True)
+class CircuitRule:
+    """The labelling rule's thresholds: config key interp.circuits (defaults: config.yaml's)."""
+    spike_threshold: float = 0.5  # first spike: the first layer where >= this share of answers change
+    probe_margin: float = 0.2  # probe accuracy above chance that counts as decodable
+    weak_share: float = 0.5  # weak: fewer than this share of the pairs follow the winner ...
+    weak_lead: float = 0.2  # ... or it leads the runner-up by less than this
+
+
+def circuit_label(interchange: pd.DataFrame, probes: pd.DataFrame, rule: CircuitRule = CircuitRule()) -> dict:
+    """Label one run Positional, Symbolic-A (color key) or Symbolic-B (shape key); the documented rule
+    (thresholds: `rule`):
 
     1. interchange: at the first layer before the read-out (module doc) where patching changes the answer
        in >= spike_threshold of the pairs (appendix F: the first spike is the mechanism), the largest of the
@@ -43,7 +53,7 @@ def circuit_label(interchange: pd.DataFrame, probes: pd.DataFrame, spike_thresho
        label is kept either way; `probes_agree` says whether the probe signature matches it.
     """
     readout = int(interchange["layer"].max())
-    spike = first_spike(interchange[interchange["layer"] < readout], spike_threshold)
+    spike = first_spike(effect(interchange[interchange["layer"] < readout]), rule.spike_threshold)  # absolute
     binding = probes[(probes["role"] == "context shape") & (probes["attribute"] == "color")]
     margin = float((binding["accuracy"] - binding["chance"]).max()) if len(binding) else float("nan")
     at_spike = interchange[interchange["layer"] == spike].set_index("label")["fraction"]
@@ -56,8 +66,8 @@ def circuit_label(interchange: pd.DataFrame, probes: pd.DataFrame, spike_thresho
     winner, runner_up = sorted(CANDIDATES, key=lambda k: -shares[k])[:2]  # stable: ties keep CANDIDATES' order
     out |= {"winner": winner, "winner_share": shares[winner], "runner_up": runner_up,
             "runner_up_share": shares[runner_up],
-            "weak": shares[winner] < weak_share or shares[winner] - shares[runner_up] < weak_lead}
+            "weak": shares[winner] < rule.weak_share or shares[winner] - shares[runner_up] < rule.weak_lead}
     if winner not in CIRCUITS:
         return {**out, "circuit": "unresolved", "probes_agree": None}
     symbolic = winner != "positional"
-    return {**out, "circuit": CIRCUITS[winner], "probes_agree": symbolic == (margin >= probe_margin)}
+    return {**out, "circuit": CIRCUITS[winner], "probes_agree": symbolic == (margin >= rule.probe_margin)}

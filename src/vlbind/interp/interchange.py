@@ -33,13 +33,22 @@ import pandas as pd
 import torch
 
 from ..inference import answer_logits, model_inputs
+from ..mechanisms import SCRATCH_LABELS
 from ..model import Transformer, hook_name, resid_name
-from ..tasks import BY_COLOR, RETRIEVAL, Batch, StageSpec, assemble, generate, in_order
+from ..settings import from_dict
+from ..tasks import BY_COLOR, PAPER_ORDER, RETRIEVAL, Batch, StageSpec, assemble, generate, in_order
 
-MECHANISMS = ("positional", "color_key", "shape_key", "reflexive", "no_effect")
-LABELS = (*MECHANISMS, "mixed")
+LABELS = SCRATCH_LABELS  # vlbind.mechanisms: the vocabulary circuits.csv and table1.csv share
+MECHANISMS = LABELS[:-1]  # the five a patched answer can follow; anything else is "mixed"
 # Text prompts of the full vocabulary with 5..8 objects (five distinct slots); sweep() sets the list's order.
 INTERCHANGE_SPEC = StageSpec(n_colors=216, n_shapes=216, n_items=32, min_objects=5, max_objects=8, shuffle=True)
+
+
+@dataclass(frozen=True)
+class InterchangeConfig:
+    """Config key interp.interchange (defaults: config.yaml's)."""
+    pairs: int = 1024  # pairs generated per model; those the model answers (both prompts) are kept
+    seed: int = 11
 
 
 @dataclass
@@ -129,8 +138,8 @@ def item_argmax(logits: torch.Tensor, batch: Batch) -> np.ndarray:
 
 
 @torch.no_grad()
-def sweep(model: Transformer, n_objects: int, seed: int, batch_size: int = 128, device="cpu",
-          layers: list[int] | None = None, order: str = "shuffled") -> tuple[pd.DataFrame, dict]:
+def sweep(model: Transformer, n_pairs: int, seed: int, batch_size: int = 128, device="cpu",
+          layers: list[int] | None = None, order: str = PAPER_ORDER) -> tuple[pd.DataFrame, dict]:
     """Label shares per layer: tidy rows (layer, label, fraction, count), on pairs whose association lists are
     in `order` (tasks.ORDERS). Returns (table, info) where info counts generated, kept and dropped pairs."""
     model.eval()
@@ -141,8 +150,8 @@ def sweep(model: Transformer, n_objects: int, seed: int, batch_size: int = 128, 
     spec = in_order(INTERCHANGE_SPEC, order)
     counts = np.zeros((len(layers), len(LABELS)), dtype=np.int64)
     generated = kept = 0
-    while generated < n_objects:
-        pairs = make_pairs(min(batch_size, n_objects - generated), rng, spec)
+    while generated < n_pairs:
+        pairs = make_pairs(min(batch_size, n_pairs - generated), rng, spec)
         generated += len(pairs)
         o, cf = pairs.original, pairs.counterfactual
         cf_resid = answer_residuals(model, cf, read, device)
@@ -163,7 +172,8 @@ def sweep(model: Transformer, n_objects: int, seed: int, batch_size: int = 128, 
     return pd.DataFrame(rows), {"generated": generated, "kept": kept, "dropped": generated - kept}
 
 
-def run(model: Transformer, settings: dict, device="cpu", order: str = "shuffled") -> tuple[pd.DataFrame, dict]:
+def run(model: Transformer, settings: dict, device="cpu", order: str = PAPER_ORDER) -> tuple[pd.DataFrame, dict]:
     """The analysis as the DAG runs it (interp.analyze): settings = config key interp.interchange."""
-    table, info = sweep(model, settings["pairs"], settings["seed"], device=device, order=order)
+    cfg = from_dict(InterchangeConfig, settings)
+    table, info = sweep(model, cfg.pairs, cfg.seed, device=device, order=order)
     return table, {"pairs_generated": info["generated"], "pairs_kept": info["kept"]}

@@ -13,13 +13,16 @@ prompt contains (the target never precedes the source) is reported as NaN.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 import pandas as pd
 import torch
 
 from ..inference import accuracy, count_correct
 from ..model import Transformer, hook_name, knockout_hook
-from ..tasks import Batch
+from ..settings import from_dict
+from ..tasks import PAPER_ORDER, Batch
 from .prompts import ROLES, analysis_prompts, slot_of_positions
 
 # (source, target, same slot?) of appendix G's matching edges; [ANSWER]'s slot is the queried object's.
@@ -55,8 +58,15 @@ def accuracy_with_knockout(model: Transformer, batches: list[Batch], masks: list
     return hits / total
 
 
+@dataclass(frozen=True)
+class KnockoutConfig:
+    """Config key interp.knockout (defaults: config.yaml's)."""
+    prompts: int = 1024  # prompts of 2..8 objects per model
+    seed: int = 12
+
+
 def knockout_table(model: Transformer, n_prompts: int, seed: int, device="cpu",
-                   order: str = "shuffled") -> pd.DataFrame:
+                   order: str = PAPER_ORDER) -> pd.DataFrame:
     """One row per knocked-out edge: kind (role / matching), source, target, accuracy, baseline, drop."""
     batches = analysis_prompts(n_prompts, seed, order=order)
     baseline = accuracy_with_knockout(model, batches, None, device)
@@ -73,6 +83,7 @@ def knockout_table(model: Transformer, n_prompts: int, seed: int, device="cpu",
     return pd.DataFrame(rows)
 
 
-def run(model: Transformer, settings: dict, device="cpu", order: str = "shuffled") -> tuple[pd.DataFrame, dict]:
+def run(model: Transformer, settings: dict, device="cpu", order: str = PAPER_ORDER) -> tuple[pd.DataFrame, dict]:
     """The analysis as the DAG runs it (interp.analyze): settings = config key interp.knockout."""
-    return knockout_table(model, settings["prompts"], settings["seed"], device, order), {}
+    cfg = from_dict(KnockoutConfig, settings)
+    return knockout_table(model, cfg.prompts, cfg.seed, device, order), {}

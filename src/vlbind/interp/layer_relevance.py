@@ -6,6 +6,8 @@ correlation. A good proxy would give a strongly negative correlation: high simil
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 import pandas as pd
 import torch
@@ -13,7 +15,8 @@ import torch.nn.functional as F
 
 from ..inference import accuracy, model_inputs
 from ..model import Transformer, hook_name, skip_block_hooks
-from ..tasks import Batch, Role
+from ..settings import from_dict
+from ..tasks import PAPER_ORDER, Batch, Role
 from .prompts import analysis_prompts
 
 
@@ -44,8 +47,15 @@ def skip_accuracy(model: Transformer, batches: list[Batch], layer: int | None, d
         return accuracy(model, batches, device)
 
 
+@dataclass(frozen=True)
+class LayerRelevanceConfig:
+    """Config key interp.layer_relevance (defaults: config.yaml's)."""
+    prompts: int = 1024  # prompts of 2..8 objects per model
+    seed: int = 14
+
+
 def layer_relevance_table(model: Transformer, n_prompts: int, seed: int, device="cpu",
-                          order: str = "shuffled") -> tuple[pd.DataFrame, float]:
+                          order: str = PAPER_ORDER) -> tuple[pd.DataFrame, float]:
     """Rows (layer, cosine, accuracy_skipped, baseline, drop) and the Spearman correlation of cosine and drop."""
     batches = analysis_prompts(n_prompts, seed, order=order)
     baseline = skip_accuracy(model, batches, None, device)
@@ -63,7 +73,8 @@ def spearman(a: pd.Series, b: pd.Series) -> float:
     return float(a.rank().corr(b.rank()))
 
 
-def run(model: Transformer, settings: dict, device="cpu", order: str = "shuffled") -> tuple[pd.DataFrame, dict]:
+def run(model: Transformer, settings: dict, device="cpu", order: str = PAPER_ORDER) -> tuple[pd.DataFrame, dict]:
     """The analysis as the DAG runs it (interp.analyze): settings = config key interp.layer_relevance."""
-    table, rho = layer_relevance_table(model, settings["prompts"], settings["seed"], device, order)
+    cfg = from_dict(LayerRelevanceConfig, settings)
+    table, rho = layer_relevance_table(model, cfg.prompts, cfg.seed, device, order)
     return table, {"spearman_cosine_drop": rho}

@@ -21,7 +21,8 @@ import torch
 
 from ..inference import model_inputs
 from ..model import Transformer, resid_name
-from ..tasks import Batch
+from ..settings import from_dict
+from ..tasks import PAPER_ORDER, Batch
 from .prompts import ROLES, analysis_prompts, slot_of_positions
 
 PROBE_ROLES = ("context color", "context shape", "association shape", "association item", "query", "answer")
@@ -30,6 +31,7 @@ ATTRIBUTES = ("slot", "color", "shape", "item")
 
 @dataclass(frozen=True)
 class ProbeConfig:
+    """Config key interp.probes (defaults: config.yaml's)."""
     train_prompts: int = 2048
     test_prompts: int = 512
     ridge: float = 1.0  # L2 penalty on standardised features
@@ -91,7 +93,7 @@ def fit_and_score(x_train: np.ndarray, y_train: np.ndarray, x_test: np.ndarray, 
 
 
 def probe_table(model: Transformer, cfg: ProbeConfig = ProbeConfig(), device="cpu",
-                order: str = "shuffled") -> pd.DataFrame:
+                order: str = PAPER_ORDER) -> pd.DataFrame:
     """Tidy rows: role, attribute, layer, accuracy, chance."""
     train = collect(model, analysis_prompts(cfg.train_prompts, cfg.seed, order=order), device)
     test = collect(model, analysis_prompts(cfg.test_prompts, cfg.seed + 1, order=order), device)
@@ -105,6 +107,6 @@ def probe_table(model: Transformer, cfg: ProbeConfig = ProbeConfig(), device="cp
     return pd.DataFrame(rows)
 
 
-def run(model: Transformer, settings: dict, device="cpu", order: str = "shuffled") -> tuple[pd.DataFrame, dict]:
+def run(model: Transformer, settings: dict, device="cpu", order: str = PAPER_ORDER) -> tuple[pd.DataFrame, dict]:
     """The analysis as the DAG runs it (interp.analyze): settings = config key interp.probes (ProbeConfig)."""
-    return probe_table(model, ProbeConfig(**settings), device, order), {}
+    return probe_table(model, from_dict(ProbeConfig, settings), device, order), {}

@@ -54,6 +54,7 @@ import numpy as np
 import pandas as pd
 import torch
 
+from ..mechanisms import QWEN_LABELS, first_spike, peak
 from ..settings import from_dict
 from .models import decoder_layers
 from .prompts import Chat
@@ -62,7 +63,7 @@ from .words import BOX_OBJECTS
 log = logging.getLogger(__name__)
 
 LETTERS = tuple(chr(c) for c in range(ord("A"), ord("Z") + 1))
-LABELS = ("positional", "symbolic", "reflexive", "no_effect", "mixed")
+LABELS = QWEN_LABELS  # vlbind.mechanisms: the vocabulary table1.csv and circuits.csv share
 QUESTION = "Respond in one word, only the answer and nothing else: Which box is the {} in? Box"  # their SCHEMA_BOXES
 
 
@@ -220,20 +221,6 @@ def interchange(model, tokenizer, pairs: list[BoxesPair], chat: Chat, *, filter_
     return table
 
 
-def first_spike(effect: pd.Series, spike_fraction: float, min_effect: float) -> int | None:
-    """The first layer where `effect` (indexed by layer) reaches spike_fraction of its maximum, followed up
-    while it keeps rising; None when the maximum is below min_effect."""
-    effect = effect.sort_index()
-    top = effect.max()
-    if not top >= min_effect or top <= 0:
-        return None
-    layers, values = list(effect.index), effect.to_numpy()
-    i = int(np.argmax(values >= spike_fraction * top))
-    while i + 1 < len(values) and values[i + 1] > values[i]:
-        i += 1
-    return int(layers[i])
-
-
 def shares(table: pd.DataFrame) -> pd.DataFrame:
     """Share of each label per layer (rows: layers, columns: LABELS)."""
     return pd.crosstab(table["layer"], table["label"], normalize="index").reindex(columns=LABELS, fill_value=0.0)
@@ -292,14 +279,6 @@ def fit_mechanisms(table: pd.DataFrame, n_entries: int, seed: int = 0, epochs: i
                 "ratio_fit": lexical / w_pos.item() if w_pos.item() != 0 else float("nan")}
 
 
-def peak(effect: pd.Series, min_effect: float) -> int | None:
-    """The layer of `effect`'s maximum (the first, if tied); None when the maximum is below min_effect."""
-    top = effect.max()
-    if not top >= min_effect or top <= 0:
-        return None
-    return int(effect.sort_index().idxmax())
-
-
 def summarize(table: pd.DataFrame, n_entries: int, spike_fraction: float = 0.5, min_effect: float = 0.1,
               fit: bool = True) -> dict:
     """Peak layer (highest positional + symbolic share), the label shares there, the share ratio and (with
@@ -315,7 +294,8 @@ def summarize(table: pd.DataFrame, n_entries: int, spike_fraction: float = 0.5, 
     if at_peak is None:
         return empty
     at = s.loc[at_peak]
-    out = {"peak_layer": at_peak, "first_spike_layer": first_spike(effect, spike_fraction, min_effect),
+    spike = first_spike(effect, spike_fraction, relative=True, min_effect=min_effect)  # appendix F, relative
+    out = {"peak_layer": at_peak, "first_spike_layer": spike,
            "ratio_share": float(at["symbolic"] / at["positional"]) if at["positional"] > 0 else float("inf"),
            **{f"share_{k}": float(at[k]) for k in LABELS}}
     if fit:

@@ -12,9 +12,11 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from ..figures import _save, _title  # noqa: E402
+from ..figures import registry, save, titled  # noqa: E402
 
 TASK_TITLES = {"direct": "Direct Retrieval", "indirect": "Indirect Retrieval"}
+FIGURES: dict = {}  # the figures the Qwen rules draw by name
+figure = registry(FIGURES)
 
 
 def accuracy_by_length(df: pd.DataFrame) -> pd.DataFrame:
@@ -31,7 +33,8 @@ def _curve(ax, rows: pd.DataFrame, color, kind: str, label: str) -> None:
     ax.fill_between(rows["n_pairs"], rows["mean"] - rows["se"], rows["mean"] + rows["se"], color=color, alpha=0.2)
 
 
-def fig2(df: pd.DataFrame, path: str | Path, note: str = "") -> None:
+@figure
+def fig2(df: pd.DataFrame, path: str | Path, note: str = "") -> pd.DataFrame:
     acc = accuracy_by_length(df)
     generations = sorted(acc["generation"].unique())
     colors = dict(zip(generations, plt.rcParams["axes.prop_cycle"].by_key()["color"]))
@@ -42,11 +45,12 @@ def fig2(df: pd.DataFrame, path: str | Path, note: str = "") -> None:
         ax.set(title=TASK_TITLES[task], xlabel="context length (pairs)", ylim=(0, 1.02))
     axes[0].set_ylabel("accuracy (output contains the city)")
     axes[1].legend(fontsize=7)
-    fig.suptitle(_title("Pretrained LLMs vs VLMs: retrieval in text (solid: VLM, dashed: LLM)", note), fontsize=9)
-    _save(fig, path)
+    fig.suptitle(titled("Pretrained LLMs vs VLMs: retrieval in text (solid: VLM, dashed: LLM)", note), fontsize=9)
+    return save(fig, path)
 
 
-def fig6(df: pd.DataFrame, path: str | Path, note: str = "") -> None:
+@figure
+def fig6(df: pd.DataFrame, path: str | Path, note: str = "") -> pd.DataFrame:
     acc = accuracy_by_length(df)
     generations = sorted(acc["generation"].unique())
     fig, axes = plt.subplots(2, len(generations), figsize=(3.6 * len(generations), 6), sharey=True, squeeze=False)
@@ -60,11 +64,11 @@ def fig6(df: pd.DataFrame, path: str | Path, note: str = "") -> None:
             ax.legend(fontsize=7)
         axes[0, 0].set_ylabel("accuracy")
         axes[1, 0].set_ylabel("accuracy")
-    fig.suptitle(_title("Retrieval per Qwen generation (appendix A)", note), fontsize=9)
-    _save(fig, path)
+    fig.suptitle(titled("Retrieval per Qwen generation (appendix A)", note), fontsize=9)
+    return save(fig, path)
 
 
-def _probe_figure(df: pd.DataFrame, path, role: str, title: str, note: str) -> None:
+def _probe_figure(df: pd.DataFrame, path, role: str, title: str, note: str) -> pd.DataFrame:
     generations = sorted(df["generation"].unique())
     fig, axes = plt.subplots(1, len(generations), figsize=(4 * len(generations), 3.4), sharey=True, squeeze=False)
     for ax, gen in zip(axes[0], generations):
@@ -76,18 +80,17 @@ def _probe_figure(df: pd.DataFrame, path, role: str, title: str, note: str) -> N
         ax.set(title=gen, xlabel="layer (residual stream entering it)", ylim=(0, 1.02))
         ax.legend(fontsize=7)
     axes[0, 0].set_ylabel("color probe accuracy (dotted: chance)")
-    fig.suptitle(_title(title, note), fontsize=9)
-    _save(fig, path)
+    fig.suptitle(titled(title, note), fontsize=9)
+    return save(fig, path)
 
 
-def fig14(df: pd.DataFrame, path: str | Path, note: str = "") -> None:
-    _probe_figure(df, path, "context shape", "Color decodability at the context shape token (appendix H)", note)
+@figure
+def fig14(df: pd.DataFrame, path: str | Path, note: str = "") -> pd.DataFrame:
+    return _probe_figure(df, path, "context shape", "Color decodability at the context shape token (appendix H)", note)
 
 
-def fig15(df: pd.DataFrame, path: str | Path, note: str = "") -> None:
-    _probe_figure(df, path, "association shape", "Color decodability at the association shape token (appendix H)",
-                  note)
+@figure
+def fig15(df: pd.DataFrame, path: str | Path, note: str = "") -> pd.DataFrame:
+    return _probe_figure(df, path, "association shape",
+                         "Color decodability at the association shape token (appendix H)", note)
 
-
-# The figures the Qwen rules draw by name.
-FIGURES = {f.__name__: f for f in (fig2, fig6, fig14, fig15)}

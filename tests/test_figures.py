@@ -1,0 +1,67 @@
+"""Figures return what they drew (figures.plotted); checked against the tables they were drawn from."""
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from vlbind import figures
+
+RNG = np.random.default_rng(0)
+RUNS = ["seed0", "seed1"]
+
+
+def eval_rows():
+    rows = [{"variant": v, "run": r, "order": "fixed", "n_objects": n, "accuracy": RNG.uniform(0.1, 1.0),
+             "in_distribution": n <= 8, "diverged": False, "converged": True, "convergence": ""}
+            for v in ("text_only", "image_text") for r in RUNS for n in range(2, 13)]
+    return pd.DataFrame(rows)
+
+
+def test_fig3_draws_the_mean_accuracy_per_length_of_each_variant(tmp_path):
+    df = eval_rows()
+    drawn = figures.fig3(df, tmp_path / "fig3.pdf")
+    assert (tmp_path / "fig3.pdf").stat().st_size > 0
+    for v in ("text_only", "image_text"):
+        line = drawn[(drawn["kind"] == "line") & drawn["series"].str.startswith(f"{v} (OOD")]
+        expected = df[df["variant"] == v].groupby("n_objects")["accuracy"].mean()
+        assert line["x"].tolist() == expected.index.tolist()
+        assert line["y"].to_numpy() == pytest.approx(expected.to_numpy())
+    chance = drawn[drawn["series"].str.startswith("chance")]
+    assert chance["y"].to_numpy() == pytest.approx(1 / chance["x"].to_numpy())
+
+
+def test_fig4_bars_are_the_mean_label_shares_per_layer(tmp_path):
+    labels = ["positional", "color_key", "no_effect"]
+    df = pd.DataFrame([{"variant": "text_only", "run": r, "layer": layer, "label": k, "fraction": RNG.uniform(),
+                        "pairs_kept": 10} for r in RUNS for layer in range(3) for k in labels])
+    drawn = figures.fig4(df, tmp_path / "fig4.pdf")
+    for k in labels:
+        bars = drawn[(drawn["kind"] == "bar") & (drawn["series"] == k)].sort_values("x")
+        assert bars["y"].to_numpy() == pytest.approx(df[df["label"] == k].groupby("layer")["fraction"].mean())
+
+
+def test_fig10_cells_are_the_mean_drop_of_each_role_edge(tmp_path):
+    roles = ["context shape", "association item", "query"]
+    df = pd.DataFrame([{"variant": "text_only", "run": r, "kind": "role", "source": s, "target": t,
+                        "drop": RNG.uniform(), "baseline": 0.9, "accuracy": 0.5}
+                       for r in RUNS for s in roles for t in roles if s != t]
+                      + [{"variant": "text_only", "run": r, "kind": "matching", "source": "query",
+                          "target": "context shape", "drop": 0.3, "baseline": 0.9, "accuracy": 0.6} for r in RUNS])
+    drawn = figures.fig10(df, tmp_path / "fig10.pdf")
+    cells = drawn[drawn["kind"] == "cell"].set_index(["series", "x"])["y"]
+    expected = df[df["kind"] == "role"].groupby(["source", "target"])["drop"].mean()
+    assert len(cells.dropna()) == len(expected)
+    for (s, t), v in expected.items():
+        assert cells[(s, t)] == pytest.approx(v, abs=1e-6)
+    matching = drawn[drawn["kind"] == "bar"]
+    assert matching["y"].tolist() == pytest.approx([0.3])
+
+
+def test_layer_relevance_scatters_every_run(tmp_path):
+    df = pd.DataFrame([{"variant": "text_only", "run": r, "layer": i, "cosine": RNG.uniform(), "drop": RNG.uniform(),
+                        "spearman_cosine_drop": 0.1} for r in RUNS for i in range(4)])
+    drawn = figures.fig_layer_relevance(df, tmp_path / "lr.pdf")
+    for r in RUNS:
+        points = drawn[(drawn["kind"] == "scatter") & (drawn["series"] == r)]
+        expected = df.loc[df["run"] == r, ["cosine", "drop"]].to_numpy()
+        assert np.allclose(np.sort(points[["x", "y"]].to_numpy(float), 0), np.sort(expected, 0))
