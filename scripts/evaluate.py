@@ -8,7 +8,7 @@ import pandas as pd
 from vlbind.checkpoint import load_model
 from vlbind.device import job_device
 from vlbind.evaluate import EvalConfig, evaluate
-from vlbind.files import atomic_write
+from vlbind.files import atomic_write, read_json
 from vlbind.logs import setup_logging
 from vlbind.outcomes import convergence, divergence, ood_average
 
@@ -22,7 +22,8 @@ table.insert(0, "run", sm.wildcards.run)
 table.insert(0, "variant", sm.wildcards.variant)
 table["seed"] = meta["train_config"]["seed"]
 curves = {Path(p).parent.name: pd.read_parquet(p) for p in sm.input.curves}
-why = divergence(curves, sm.params.divergence["collapse_drop"])
+metas = {Path(p).parent.name: read_json(p, "model meta.json") for p in sm.input.metas}
+why = divergence(curves, sm.params.divergence["collapse_drop"], metas, sm.params.divergence["stall_margin"])
 table["diverged"], table["divergence"] = why is not None, why or ""
 shortfall = convergence(table[table["order"] == cfg.orders[0]], sm.params.divergence["min_in_distribution"])
 table["converged"], table["convergence"] = shortfall is None, shortfall or ""

@@ -294,6 +294,34 @@ def test_validation_collapse_is_divergence_and_a_plateau_is_not():
     assert divergence({"a": curve([0.5, 0.5]), "b": curve([0.1, 0.1])}, 0.5) is None
 
 
+def test_a_stage_that_stays_at_chance_stalls_and_marks_the_run(tmp_path):
+    from vlbind.outcomes import STALLED
+    from vlbind.tables import ood_summary, run_summary
+    from vlbind.train import validation_set
+
+    spec = StageSpec(min_objects=2, max_objects=8, n_items=8)
+    cfg = TrainConfig(warmup_steps=1, batch_size=4, eval_every=2, val_size=64, max_steps=4, target_accuracy=None)
+    meta = train_stage(tiny(), spec, cfg, tmp_path / "s", stage="text_s4")
+    n = np.concatenate([b.n_objects for b in validation_set(spec, cfg)])
+    assert meta["val_chance"] == pytest.approx(np.mean(1 / n))  # a guess among each prompt's objects
+    curves = {"text_s4": pd.read_parquet(tmp_path / "s" / "metrics.parquet")}
+    assert meta["best_val_accuracy"] <= meta["val_chance"] + 0.2  # 4 steps of a tiny model learn nothing
+    why = divergence(curves, 0.5, {"text_s4": meta}, stall_margin=0.2)
+    assert why.startswith(f"text_s4: {STALLED}")
+    assert divergence(curves, 0.5, {"text_s4": meta}, stall_margin=None) is None  # the rule off
+    skipped = {**meta, "steps": 0}  # max_steps 0 passes weights through: not a stall
+    assert divergence(curves, 0.5, {"text_s4": skipped}, stall_margin=0.2) is None
+    learnt = {**meta, "best_val_accuracy": meta["val_chance"] + 0.3}
+    assert divergence(curves, 0.5, {"text_s4": learnt}, stall_margin=0.2) is None
+    evals = pd.DataFrame({"variant": "text_only", "run": ["seed0", "seed1"], "order": "shuffled", "n_objects": 9,
+                          "accuracy": 0.1, "in_distribution": False, "diverged": [True, False],
+                          "divergence": [why, ""], "converged": True, "convergence": ""})
+    summary = ood_summary(evals)
+    assert summary.loc["text_only", ["runs", "diverged_runs", "stalled_runs"]].tolist() == [1, 1, 1]
+    line = run_summary(summary.reset_index().assign(order="shuffled")).splitlines()[1]
+    assert f"(1 diverged, 1 of them {STALLED})" in line
+
+
 @pytest.mark.parametrize("precision", ["fp32", "bf16"])
 def test_image_stage_trains_and_resumes_identically(tmp_path, precision):
     """A short image stage runs end to end (features gathered from the bank every step) and is deterministic,

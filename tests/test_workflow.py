@@ -497,6 +497,16 @@ def test_mini_trains_the_text_arm_in_fixed_order_and_the_paper_config_shuffled()
     assert vlconfig.stage_params(paper, "text_s4")["train"]["max_steps"] > 0
     assert (mini["evaluate"]["orders"], mini["interp"]["order"]) == (["fixed", "shuffled"], "fixed")
     assert (paper["evaluate"]["orders"], paper["interp"]["order"]) == (["shuffled"], "shuffled")
+    # the one switch for the paper config: config/fixed_text.yaml gives it mini's text arm, and nothing else
+    switched = vlconfig.load([ROOT / "config/config.yaml", ROOT / "config/fixed_text.yaml"])
+    for s in stages:
+        assert switched["stages"][s]["task"]["shuffle"] == mini["stages"][s]["task"]["shuffle"]
+    assert vlconfig.stage_params(switched, "text_s4")["train"]["max_steps"] == 0
+    assert (switched["evaluate"]["orders"], switched["interp"]["order"]) == (["fixed", "shuffled"], "fixed")
+    for s in vlconfig.STAGE_PARENTS:
+        encoder = "resnet152" if vlconfig.uses_images(paper, s) else None
+        if s not in ("text_s4", "text_s5", "noise_text", "text_bind", "noise_text_bind"):  # controls: parent's task
+            assert vlconfig.stage_params(switched, s, encoder) == vlconfig.stage_params(paper, s, encoder), s
 
 
 def test_the_control_arm_is_its_text_parent_plus_the_image_arms_binding_loss_and_figures_say_so():

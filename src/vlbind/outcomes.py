@@ -7,12 +7,18 @@ from __future__ import annotations
 
 import pandas as pd
 
+STALLED = "stalled at chance"  # how divergence names a stage whose best validation stayed near chance
 
-def divergence(curves: dict[str, pd.DataFrame], collapse_drop: float) -> str | None:
+
+def divergence(curves: dict[str, pd.DataFrame], collapse_drop: float, metas: dict[str, dict] | None = None,
+               stall_margin: float | None = None) -> str | None:
     """Why a run counts as diverged, or None, from the training curves (metrics.parquet) of every stage in
     its lineage, in training order: the first stage with a non-finite training loss, or whose last
-    validation accuracy lies more than `collapse_drop` below its best. Such runs are marked in the
-    result tables and left out of means (fig3, OOD table), as the paper leaves out its one divergent run."""
+    validation accuracy lies more than `collapse_drop` below its best, or (with `metas`, the stages' meta.json,
+    and `stall_margin`) that trained but whose best validation stayed within `stall_margin` of chance (the
+    stage's `val_chance`): it stalled, e.g. on a plateau at chance, and what follows it builds on a model that
+    learnt nothing there. Such runs are marked in the result tables and left out of means (fig3, OOD table),
+    as the paper leaves out its one divergent run."""
     for stage, curve in curves.items():
         if curve.empty:
             continue
@@ -24,6 +30,11 @@ def divergence(curves: dict[str, pd.DataFrame], collapse_drop: float) -> str | N
         if last["val_accuracy"] < best["val_accuracy"] - collapse_drop:
             return (f"{stage}: validation accuracy collapsed from {best['val_accuracy']:.3f} "
                     f"(step {int(best['step'])}) to {last['val_accuracy']:.3f} (step {int(last['step'])})")
+        meta = (metas or {}).get(stage, {})
+        if stall_margin is not None and meta.get("steps", 0) > 0 and "val_chance" in meta \
+                and meta["best_val_accuracy"] <= meta["val_chance"] + stall_margin:
+            return (f"{stage}: {STALLED} (best validation accuracy {meta['best_val_accuracy']:.3f}, chance "
+                    f"{meta['val_chance']:.3f}, after {meta['steps']} steps; stopped by {meta['stopped_because']})")
     return None
 
 

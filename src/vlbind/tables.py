@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from .outcomes import ood_average
+from .outcomes import STALLED, ood_average
 
 # the paper's four, then the control arm (config.CONTROLS): text models given the image arm's binding loss
 VARIANT_ORDER = ["text_only", "noise_text", "image_text", "noise_image_text", "text_bind", "noise_text_bind",
@@ -66,12 +66,16 @@ def ood_summary(df: pd.DataFrame) -> pd.DataFrame:
     out = pd.DataFrame({"runs": g.size(), "ood_mean": g.mean(), "ood_se": g.std(ddof=1) / np.sqrt(g.size())})
     out = out.reindex(variants).fillna({"runs": 0}).astype({"runs": int})
     out["diverged_runs"], out["unconverged_runs"] = diverged.astype(int), unconverged.astype(int)
+    reason = df["divergence"] if "divergence" in df else pd.Series("", index=df.index)
+    stalled = df[is_diverged(df) & reason.str.contains(STALLED)].groupby("variant")["run"].nunique()
+    out["stalled_runs"] = stalled.reindex(variants, fill_value=0).astype(int)  # of the diverged ones
     return out.reindex([v for v in VARIANT_ORDER if v in out.index] + [v for v in out.index if v not in VARIANT_ORDER])
 
 
 def training_summary(meta_paths: list[str | Path]) -> pd.DataFrame:
     """One row per trained stage: run, stage, steps, best step and validation accuracy, the step whose weights
-    the stage kept and their validation accuracy (train.keep), why it stopped, wall time."""
+    the stage kept and their validation accuracy (train.keep), the validation set's chance (NaN for models
+    trained before it was recorded), why it stopped, wall time."""
     from .files import read_json
 
     rows = []
@@ -81,6 +85,7 @@ def training_summary(meta_paths: list[str | Path]) -> pd.DataFrame:
                      "best_step": meta["best_step"], "best_val_accuracy": meta["best_val_accuracy"],
                      "kept_step": meta.get("kept_step", meta["best_step"]),
                      "kept_val_accuracy": meta.get("kept_val_accuracy", meta["best_val_accuracy"]),
+                     "val_chance": meta.get("val_chance", float("nan")),
                      "stopped_because": meta["stopped_because"], "wall_minutes": meta["wall_seconds"] / 60})
     return pd.DataFrame(rows)
 
@@ -94,6 +99,8 @@ def run_summary(ood_table: pd.DataFrame) -> str:
         total = r.runs + r.diverged_runs + r.unconverged_runs
         ood = f"OOD {100 * r.ood_mean:.1f} ± {100 * r.ood_se:.1f} %" if r.runs > 1 else (
             f"OOD {100 * r.ood_mean:.1f} %" if r.runs else "no OOD mean")
+        stalled = getattr(r, "stalled_runs", 0)
+        why = f", {stalled} of them {STALLED}" if stalled else ""
         lines.append(f"  {r.order:<9} {r.variant:<18} {r.runs} of {total} runs converged"
-                     f"{f' ({r.diverged_runs} diverged)' if r.diverged_runs else ''}, {ood}")
+                     f"{f' ({r.diverged_runs} diverged{why})' if r.diverged_runs else ''}, {ood}")
     return "\n".join(lines)

@@ -162,6 +162,12 @@ def validation_set(spec: StageSpec, cfg: TrainConfig, chunk: int = 256, bank: Im
     return [generate(spec, s, rng, bank=bank) for s in batch_sizes(cfg.val_size, chunk)]
 
 
+def chance(batches: list[Batch]) -> float:
+    """Validation accuracy of a guess among each prompt's objects: the mean of 1 / objects (outcomes.divergence
+    marks a stage whose best validation stays near it)."""
+    return float(np.mean(np.concatenate([1 / b.n_objects for b in batches])))
+
+
 class Batches:
     """A stage's training batches `first`..`last` - 1, drawn ahead of the loop by a background thread (`ahead` >
     0) or in the loop (`ahead` 0). Batch k is `draw(k)` (k = steps done before it) from `rng` right after batch
@@ -323,7 +329,7 @@ def train_stage(model: Transformer, spec: StageSpec, cfg: TrainConfig, out_dir: 
             "start": None if start is None else {"stage_spec": start_spec.to_dict(), "steps": start_steps},
             "model_config": model.cfg.to_dict(), "steps": step, "best_step": best_step,
             "best_val_accuracy": best_acc, "kept_step": kept["step"], "kept_val_accuracy": kept["val_accuracy"],
-            "stopped_because": reason,
+            "stopped_because": reason, "val_chance": chance(val),
             "resumed": resumed is not None,
             "wall_seconds": wall_before + time.time() - t0, "vlbind_version": __version__}
     save_model(out_dir, model, meta, pd.DataFrame(history))

@@ -53,11 +53,16 @@ def variant_model(wildcards):
     return model_file(seed, vlconfig.VARIANT_STAGE[wildcards.variant], encoder)
 
 
-def variant_curves(wildcards):
-    """Training curves of every stage a variant's model descends from (for the divergence rule)."""
-    seed, encoder = vlconfig.parse_run(wildcards.run)
-    stages = vlconfig.lineage(vlconfig.VARIANT_STAGE[wildcards.variant])
-    return [model_file(seed, s, encoder, "metrics.parquet") for s in stages]
+def variant_lineage(name):
+    """Input function: file `name` (metrics.parquet, meta.json) of every stage a variant's model descends from,
+    in training order (for the divergence rule)."""
+
+    def files(wildcards):
+        seed, encoder = vlconfig.parse_run(wildcards.run)
+        stages = vlconfig.lineage(vlconfig.VARIANT_STAGE[wildcards.variant])
+        return [model_file(seed, s, encoder, name) for s in stages]
+
+    return files
 
 
 def eval_tables(wildcards=None):

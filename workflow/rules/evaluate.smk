@@ -4,7 +4,8 @@
 rule evaluate:
     input:
         model=variant_model,
-        curves=variant_curves,
+        curves=variant_lineage("metrics.parquet"),
+        metas=variant_lineage("meta.json"),
     output:
         table="results/eval/{variant}/{run}.parquet",
     log:
