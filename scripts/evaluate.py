@@ -11,12 +11,13 @@ from vlbind.evaluate import EvalConfig, evaluate
 from vlbind.files import atomic_write, read_json
 from vlbind.logs import setup_logging
 from vlbind.outcomes import convergence, divergence, ood_average
+from vlbind.settings import from_dict
 
 sm = snakemake  # noqa: F821
 log = setup_logging(sm.log[0])
 device, precision = job_device(sm.params.device, sm.threads, sm.params.precision)
 model, meta = load_model(Path(sm.input.model).parent, device)
-cfg = EvalConfig(**sm.params.evaluate)
+cfg = from_dict(EvalConfig, dict(sm.params.evaluate))
 table = evaluate(model, cfg, device, precision)
 table.insert(0, "run", sm.wildcards.run)
 table.insert(0, "variant", sm.wildcards.variant)

@@ -8,6 +8,7 @@ from vlbind.checkpoint import load_model
 from vlbind.device import job_device
 from vlbind.logs import setup_logging
 from vlbind.model import ModelConfig, Transformer
+from vlbind.settings import from_dict
 from vlbind.tasks import StageSpec
 from vlbind.train import TrainConfig, train_stage
 
@@ -20,7 +21,7 @@ parent = str(Path(sm.input.parent[0]).parent) if sm.input.parent else None
 if parent:
     model, _ = load_model(parent, device)
 else:
-    model = Transformer(ModelConfig(**params["model"]))
+    model = Transformer(from_dict(ModelConfig, params["model"]))
 bank = None
 if "features" in sm.input.keys():
     bank = ImageBank.open(Path(sm.input.objects).parent, sm.input.features)
