@@ -546,3 +546,17 @@ def test_the_smoke_dag_writes_the_claims_table(smoke_tree):
               "images_beyond_bind_loss", "bind_loss_learns_shuffled", "bind_loss_does_what_images_do"}
     assert wanted <= set(claims["claim"])
     assert set(claims["verdict"]) <= {"holds", "fails", "mixed", "untested"} and claims["rule"].str.len().min() > 20
+
+
+def test_training_priority_is_the_longest_chain_below_a_stage():
+    """Snakemake runs ready jobs by priority: the stage with the longest chain of stages after it first, so a run's
+    critical path (its longest lineage) is never left for last."""
+    from vlbind import config as vlconfig
+
+    leaves = [s for s in vlconfig.STAGE_PARENTS if s not in vlconfig.STAGE_PARENTS.values()]
+    assert sorted(leaves) == ["noise_image_text", "noise_text_bind", "text_bind", "text_bind_shuffled"]
+    for stage in vlconfig.STAGE_PARENTS:
+        longest = max(len(vlconfig.lineage(leaf)) - vlconfig.lineage(leaf).index(stage)
+                      for leaf in leaves if stage in vlconfig.lineage(leaf))
+        assert vlconfig.chain_below(stage) == longest, stage
+    assert vlconfig.chain_below("text_s1") == len(vlconfig.STAGE_PARENTS) - len(vlconfig.CONTROLS)

@@ -305,6 +305,14 @@ def run_name(seed: int, stage: str, encoder: str | None = None) -> str:
     return f"seed{seed}-{encoder}" if stage in VISION_STAGES else f"seed{seed}"
 
 
+def chain_below(stage: str) -> int:
+    """How many stages the longest chain from `stage` to a last stage holds, `stage` included (text_s1: 11,
+    noise_image_text and the controls: 1): the training rules' priority, so that the long chains (the critical
+    path of a run) start first and short side branches fill in."""
+    children = [s for s, parent in STAGE_PARENTS.items() if parent == stage]
+    return 1 + max((chain_below(c) for c in children), default=0)
+
+
 def lineage(stage: str) -> list[str]:
     """The stages from text_s1 to `stage`, in training order."""
     chain = [stage]

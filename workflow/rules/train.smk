@@ -17,7 +17,7 @@ rule train_text:
         "results/benchmarks/train/seed{seed}/{stage}.tsv"
     wildcard_constraints:
         stage="|".join(vlconfig.TEXT_STAGES),
-    priority: 10  # the training path first; analyses fill in the gaps
+    priority: lambda wc: 10 + vlconfig.chain_below(wc.stage)  # training first, the longest chains first
     conda:
         "../envs/vlbind.yaml"
     threads: config["resources"]["threads"]
@@ -46,7 +46,7 @@ rule train_vision:
         "results/benchmarks/train/seed{seed}-{encoder}/{stage}.tsv"
     wildcard_constraints:
         stage="|".join(vlconfig.VISION_STAGES),
-    priority: 10  # the training path first; analyses fill in the gaps
+    priority: lambda wc: 10 + vlconfig.chain_below(wc.stage)  # training first, the longest chains first
     conda:
         "../envs/vlbind.yaml"
     threads: config["resources"]["threads"]
