@@ -5,9 +5,11 @@
 Needs root (slurmd runs as root) and Debian's `slurmctld slurmd munge slurm-client` packages
 (`apt-get install slurmctld slurmd munge slurm-client`). Not part of the pytest suite: it takes ~10 minutes.
 
-What it does, everything under one temporary directory (`--keep` leaves it for reading):
+What it does, everything under one temporary directory (`--keep` leaves it for reading) but slurm.conf and
+gres.conf, which go to /etc/slurm/ for the check's duration (it refuses to run where they exist: srun inside a
+job looks there, see Cluster):
 1. brings up a cluster: a munge key and munged, slurm.conf and gres.conf for this host (one partition, 8 CPUs and
-   2 count-only GPUs declared, so the profile's 4-thread, 1-GPU jobs can be placed on a 2-core GPU-less machine),
+   2 stand-in GPUs declared, so the profile's 4-thread, 1-GPU jobs can be placed on a 2-core GPU-less machine),
    slurmctld and slurmd, each stopped by its PID at the end;
 2. runs the smoke DAG (`all`) from a clean clone of this repository's HEAD through
    `--workflow-profile profiles/slurm` with the profile's partition filled in for that cluster, then reads every
@@ -43,6 +45,7 @@ DAEMONS = ("munged", "slurmctld", "slurmd")
 CLIENTS = ("sbatch", "scontrol", "scancel", "squeue", "sinfo")
 CPUS, GPUS, MEMORY_MB = 8, 2, 64000  # declared for the test node (SlurmdParameters=config_overrides)
 PARTITION = "vlbind"
+SYSTEM_CONF = Path("/etc/slurm/slurm.conf")  # written for the check's duration, removed afterwards
 STAGE = "results/models/seed0/text_s1/model.safetensors"  # the stage the cancel test trains
 CANCEL_OVERLAY = {"train": {"max_steps": 400, "target_accuracy": None, "checkpoint_every": 50, "eval_every": 50}}
 
@@ -60,7 +63,10 @@ class Cluster:
 
     def __init__(self, base: Path) -> None:
         self.base, self.host = base, socket.gethostname().split(".")[0]
-        self.conf = base / "slurm.conf"
+        # Where srun looks by default: the SLURM executor's job step drops SLURM_CONF (every SLURM_* variable but
+        # the job's identity) from the environment of the srun it starts inside a job
+        # (snakemake-executor-plugin-slurm-jobstep 0.6.1), so a slurm.conf elsewhere is not found there.
+        self.conf = SYSTEM_CONF
         self.env = {**os.environ, "SLURM_CONF": str(self.conf)}
         self.pids: dict[str, Path] = {d: base / f"{d}.pid" for d in DAEMONS}
 
@@ -103,8 +109,14 @@ JobCompLoc={b}/jobcomp.txt
 NodeName={self.host} CPUs={CPUS} RealMemory={MEMORY_MB} Gres=gpu:{GPUS} State=UNKNOWN
 PartitionName={PARTITION} Nodes={self.host} Default=YES MaxTime=INFINITE State=UP
 """)
-        # count-only GPUs: no device files, so a GPU-less node reports the count it is configured with
-        (b / "gres.conf").write_text(f"NodeName={self.host} Name=gpu Count={GPUS}\n")
+        # A GPU-less node reports no GPUs, and a node that reports fewer than slurm.conf declares is set INVALID
+        # ("gres/gpu count reported lower than configured"): declare stand-in device files, which slurmd counts
+        # (it only checks that they exist). Jobs see CUDA_VISIBLE_DEVICES and no CUDA: they run on the CPU.
+        (b / "dev").mkdir(exist_ok=True)
+        for i in range(GPUS):
+            (b / "dev" / f"nvidia{i}").touch()
+        gres = f"AutoDetect=off\nNodeName={self.host} Name=gpu File={b}/dev/nvidia[0-{GPUS - 1}]\n"
+        (self.conf.parent / "gres.conf").write_text(gres)
 
     def start(self) -> None:
         b = self.base
@@ -117,13 +129,15 @@ PartitionName={PARTITION} Nodes={self.host} Default=YES MaxTime=INFINITE State=U
             state = subprocess.run(["sinfo", "-h", "-N", "-o", "%T"], env=self.env, capture_output=True,
                                    text=True).stdout.strip()
             if state in ("idle", "mixed", "allocated"):
-                say(f"cluster up: node {self.host} {state}, {CPUS} CPUs, {GPUS} GPUs (count only), partition "
+                say(f"cluster up: node {self.host} {state}, {CPUS} CPUs, {GPUS} stand-in GPUs, partition "
                     f"{PARTITION}")
                 return
             time.sleep(1)
         fail(f"the node never became idle (sinfo: {state!r}); see {b}/slurmd.log and {b}/slurmctld.log")
 
     def stop(self) -> None:
+        for conf in (self.conf, self.conf.parent / "gres.conf"):
+            conf.unlink(missing_ok=True)
         for d in reversed(DAEMONS):
             pid_file = self.pids[d]
             if pid_file.exists():
@@ -243,7 +257,7 @@ def check_dag(base: Path, cluster: Cluster) -> None:
     config["resources"] |= smoke.get("resources", {})
     rules, profile = promises(repo, config)
     t0 = time.time()
-    if snakemake(repo, cluster, ["--configfile", "config/smoke.yaml", "all"], base / "dag.log") != 0:
+    if snakemake(repo, cluster, ["all", "--configfile", "config/smoke.yaml"], base / "dag.log") != 0:
         fail(f"the smoke DAG through SLURM failed: {base / 'dag.log'}")
     say(f"smoke DAG through SLURM: done in {time.time() - t0:.0f} s")
     jobs = cluster.jobs()
@@ -271,7 +285,7 @@ def check_dag(base: Path, cluster: Cluster) -> None:
             f"{a['gpus']} GPU")
     say(f"every one of the {len(jobs)} jobs ran as its own SLURM job, COMPLETED, with the promised resources")
     before = len(cluster.jobs())
-    if snakemake(repo, cluster, ["--configfile", "config/smoke.yaml", "all"], base / "dag-again.log") != 0:
+    if snakemake(repo, cluster, ["all", "--configfile", "config/smoke.yaml"], base / "dag-again.log") != 0:
         fail(f"the second run failed: {base / 'dag-again.log'}")
     if len(cluster.jobs()) != before or "Nothing to be done" not in (base / "dag-again.log").read_text():
         fail(f"the second run submitted jobs: {base / 'dag-again.log'}")
@@ -333,6 +347,10 @@ def main() -> None:
         fail(f"{', '.join(missing)} not found: apt-get install slurmctld slurmd munge slurm-client")
     if os.geteuid() != 0:
         fail("run as root: slurmd must (sudo .venv/bin/python tests/slurm/check_slurm.py)")
+    for conf in (SYSTEM_CONF, SYSTEM_CONF.parent / "gres.conf"):
+        if conf.exists():
+            fail(f"{conf} exists: this machine has a SLURM configuration of its own; run on one without")
+    SYSTEM_CONF.parent.mkdir(parents=True, exist_ok=True)
     base = Path(tempfile.mkdtemp(prefix="vlbind-slurm-"))
     cluster = Cluster(base)
     t0 = time.time()
