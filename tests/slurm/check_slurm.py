@@ -149,7 +149,7 @@ PartitionName={PARTITION} Nodes={self.host} Default=YES MaxTime=INFINITE State=U
 
     def jobs(self) -> list[dict]:
         """Every job the controller knows (MinJobAge keeps finished ones), as scontrol's key=value fields."""
-        out = subprocess.run(["scontrol", "show", "job", "-o"], env=self.env, capture_output=True,
+        out = subprocess.run(["scontrol", "show", "job", "-o", "-d"], env=self.env, capture_output=True,
                              text=True).stdout
         return [parse_fields(line) for line in out.splitlines() if line.startswith("JobId=")]
 
@@ -179,13 +179,15 @@ def parse_fields(line: str) -> dict:
         if m:
             key = m.group(1)
             fields[key] = m.group(2)
-        elif key:
+        elif key and token:
             fields[key] += " " + token
-    return fields
+    return {k: v.strip() for k, v in fields.items()}
 
 
 def minutes(limit: str) -> int:
     """scontrol's TimeLimit ([D-]HH:MM:SS) in minutes."""
+    if limit == "UNLIMITED":
+        return -1
     days, _, hms = limit.rpartition("-")
     h, m, s = (int(x) for x in hms.split(":"))
     return int(days or 0) * 1440 + h * 60 + m + (s > 0)
@@ -215,11 +217,25 @@ def expected(rule: str, rules: dict, profile: dict, config: dict) -> dict:
 
 
 def allocated(job: dict) -> dict:
+    """CPUs, memory and time limit the controller allocated (TRES, TimeLimit), and the GPUs the job holds: without
+    an accounting database (slurmdbd) a finished job's TRES has no gres/gpu, so that is the job's GPU request
+    (TresPerJob), which the controller enforces (gpu_overlap checks it did)."""
     tres = dict(kv.split("=", 1) for kv in job.get("TRES", "").split(",") if "=" in kv)
     mem = tres.get("mem", "0M")
     mem_mb = int(float(mem[:-1]) * (1024 if mem.endswith("G") else 1)) if mem[-1] in "MG" else int(mem)
+    gpus = re.search(r"gres:gpu:(\d+)", job.get("TresPerJob", ""))
     return {"cpus": int(job["NumCPUs"]), "mem_mb": mem_mb, "minutes": minutes(job["TimeLimit"]),
-            "gpus": int(tres.get("gres/gpu", 0))}
+            "gpus": int(gpus.group(1)) if gpus else 0}
+
+
+def gpu_overlap(jobs: list[dict]) -> int:
+    """The most GPUs that jobs held at one time (from their start and end times)."""
+    events = sorted((t, d * allocated(j)["gpus"]) for j in jobs for t, d in ((j["StartTime"], 1), (j["EndTime"], -1)))
+    held = most = 0
+    for _, d in sorted(events, key=lambda e: (e[0], e[1])):  # an end before a start at the same second
+        held += d
+        most = max(most, held)
+    return most
 
 
 def rule_of(job: dict) -> str:
@@ -256,12 +272,22 @@ def check_dag(base: Path, cluster: Cluster) -> None:
     smoke = yaml.safe_load((repo / "config/smoke.yaml").read_text())
     config["resources"] |= smoke.get("resources", {})
     rules, profile = promises(repo, config)
-    t0 = time.time()
+    t0, known = time.time(), {j["JobId"] for j in cluster.jobs()}
     if snakemake(repo, cluster, ["all", "--configfile", "config/smoke.yaml"], base / "dag.log") != 0:
         fail(f"the smoke DAG through SLURM failed: {base / 'dag.log'}")
     say(f"smoke DAG through SLURM: done in {time.time() - t0:.0f} s")
-    jobs = cluster.jobs()
-    ran = re.findall(r"(\d+) of (\d+) steps \(100%\) done", (base / "dag.log").read_text())
+    verify_jobs([j for j in cluster.jobs() if j["JobId"] not in known], base / "dag.log", rules, profile, config)
+    before = len(cluster.jobs())
+    if snakemake(repo, cluster, ["all", "--configfile", "config/smoke.yaml"], base / "dag-again.log") != 0:
+        fail(f"the second run failed: {base / 'dag-again.log'}")
+    if len(cluster.jobs()) != before or "Nothing to be done" not in (base / "dag-again.log").read_text():
+        fail(f"the second run submitted jobs: {base / 'dag-again.log'}")
+    say("a second run submits nothing")
+
+
+def verify_jobs(jobs: list[dict], dag_log: Path, rules: dict, profile: dict, config: dict) -> None:
+    """Every Snakemake job of the DAG ran as its own SLURM job, completed, with the promised resources."""
+    ran = re.findall(r"(\d+) of (\d+) steps \(100%\) done", dag_log.read_text())
     if not ran:
         fail("the smoke DAG's log does not end with all steps done")
     n_jobs = int(ran[-1][1]) - 1  # the target rule `all` runs in the main process, not as a SLURM job
@@ -277,6 +303,8 @@ def check_dag(base: Path, cluster: Cluster) -> None:
                        f"{job.get('Partition')}, allocated {got}, promised {want}")
     if bad:
         fail("jobs that did not run as promised:\n  " + "\n  ".join(bad))
+    if not 0 < gpu_overlap(jobs) <= GPUS:
+        fail(f"jobs held {gpu_overlap(jobs)} GPUs at once on a node with {GPUS}: the GPU requests were not enforced")
     by_rule: dict[str, dict] = {}
     for job in jobs:
         by_rule.setdefault(rule_of(job), {"n": 0, **allocated(job)})["n"] += 1
@@ -284,12 +312,6 @@ def check_dag(base: Path, cluster: Cluster) -> None:
         say(f"  {rule}: {a['n']} SLURM jobs, {a['cpus']} CPUs, {a['mem_mb']} MB, {a['minutes']} min, "
             f"{a['gpus']} GPU")
     say(f"every one of the {len(jobs)} jobs ran as its own SLURM job, COMPLETED, with the promised resources")
-    before = len(cluster.jobs())
-    if snakemake(repo, cluster, ["all", "--configfile", "config/smoke.yaml"], base / "dag-again.log") != 0:
-        fail(f"the second run failed: {base / 'dag-again.log'}")
-    if len(cluster.jobs()) != before or "Nothing to be done" not in (base / "dag-again.log").read_text():
-        fail(f"the second run submitted jobs: {base / 'dag-again.log'}")
-    say("a second run submits nothing")
 
 
 def check_cancel(base: Path, cluster: Cluster) -> None:
