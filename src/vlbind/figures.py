@@ -351,8 +351,8 @@ def plotted(fig) -> pd.DataFrame:
             points += [("bar", bars.get_label(), b.get_x() + b.get_width() / 2, b.get_height())
                        if bars.orientation == "vertical" else
                        ("bar", bars.get_label(), b.get_y() + b.get_height() / 2, b.get_width()) for b in bars]
+        ys, xs = ax.get_yticklabels(), ax.get_xticklabels()
         for coll in ax.collections:
-            ys, xs = ax.get_yticklabels(), ax.get_xticklabels()
             if isinstance(coll, matplotlib.collections.QuadMesh) and coll.get_array().size == len(ys) * len(xs):
                 values = np.ma.filled(coll.get_array().astype(float), np.nan).reshape(len(ys), len(xs))
                 points += [("cell", r.get_text(), c.get_text(), values[i, j])  # a heatmap (not its colorbar)
