@@ -1,22 +1,30 @@
-"""Steps and wall time to each text stage's target, dense supervision vs one query per prompt, for one seed.
+"""Does the text curriculum learn, and how fast? Steps and wall time to each text stage's target (or its stop),
+per arm and seed, all side by side, one process each. Prints a table; asserts nothing.
 
-    python benchmarks/bench_dense_curriculum.py [--seed 0] [--stages text_s1 text_s2 text_s3] [--cap 20000]
+    python benchmarks/bench_dense_curriculum.py [--paper] [--arms all one] [--seeds 0] \
+        [--stages text_s1 text_s2 text_s3] [--cap 20000] [--target 0.98] [--device cpu] [--out DIR]
 
-Trains the mini text curriculum (config/config.yaml + config/mini.yaml) twice side by side, one process and
-one thread each, from the same initial weights and data stream: once with `train.queries: all` (mini's
-setting), once with `one` (the paper's). A stage that misses its target by `--cap` steps stops there and
-the next one starts from its best weights, as in the DAG. Prints a table; asserts nothing. Each process has
-a core of its own on this 2-core machine: run it when nothing else runs.
+Trains the text curriculum of config/config.yaml + config/mini.yaml (`--paper`: config/config.yaml alone, the
+paper's 12 x 128 model) once per arm and seed, each from the same initial weights and data stream for a seed.
+An arm is `train.queries` (`all`: every object queried, mini's; `one`: the paper's) with optional train
+overrides after a colon, e.g. `one:lr=3e-4,warmup_steps=500`. Every stage stops as the config says (a target,
+or the plateau rule: `train.patience` validations without a gain), at `--cap` steps at the latest, or at
+`--target` when given; the next stage starts from its kept weights, as in the DAG. With `--out`, each run's
+validation log (every `train.eval_every` steps) and a CSV of stage rows stay there, written as they happen, so a
+run stopped from outside keeps what it had. On a CPU each process has one thread: give each its own core.
 """
 
 from __future__ import annotations
 
 import argparse
+import csv
+import logging
 import multiprocessing as mp
 import tempfile
 from pathlib import Path
 
 import torch
+import yaml
 
 from vlbind import config as vlconfig
 from vlbind.model import ModelConfig, Transformer
@@ -24,41 +32,81 @@ from vlbind.tasks import StageSpec
 from vlbind.train import TrainConfig, train_stage
 
 ROOT = Path(__file__).resolve().parents[1]
+FIELDS = ["arm", "seed", "stage", "steps", "stopped", "best", "best_step", "chance", "wall_s", "steps_per_s"]
 
 
-def run(queries: str, seed: int, stages: list[str], cap: int, out: Path) -> list[dict]:
+def parse_arm(arm: str) -> dict:
+    """'one:lr=3e-4,warmup_steps=500' -> {'queries': 'one', 'lr': 0.0003, 'warmup_steps': 500}."""
+    queries, _, rest = arm.partition(":")
+    overrides = {"queries": queries}
+    for item in filter(None, rest.split(",")):
+        key, _, value = item.partition("=")
+        value = yaml.safe_load(value)
+        try:  # YAML reads 3e-4 (no dot) as a string
+            value = float(value) if isinstance(value, str) else value
+        except ValueError:
+            pass
+        overrides[key] = value
+    return overrides
+
+
+def run(arm: str, seed: int, paper: bool, stages: list[str], cap: int, target: float | None, device: str,
+        out: Path) -> list[dict]:
     torch.set_num_threads(1)
-    config = vlconfig.load([ROOT / "config/config.yaml", ROOT / "config/mini.yaml"])
-    config["train"]["queries"] = queries
+    name = f"{arm.replace(':', '_').replace(',', '_')}-seed{seed}"
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", force=True,
+                        handlers=[logging.FileHandler(out / f"{name}.log")])
+    paths = [ROOT / "config/config.yaml"] + ([] if paper else [ROOT / "config/mini.yaml"])
+    config = vlconfig.load(paths)
+    config["train"].update(parse_arm(arm))
     torch.manual_seed(seed)
-    model, rows = None, []
+    model, rows = Transformer(ModelConfig(**config["model"])), []
     for stage in stages:
         params = vlconfig.stage_params(config, stage)
         params["train"]["max_steps"] = min(cap, params["train"]["max_steps"])
-        if model is None:
-            model = Transformer(ModelConfig(**config["model"]))
+        if target is not None:
+            params["train"]["target_accuracy"] = target
         meta = train_stage(model, StageSpec.from_dict(params["task"]),
-                           TrainConfig.from_section(params["train"], seed, "cpu"), out / queries / stage, stage=stage)
-        rows.append({"queries": queries, "stage": stage, "steps": meta["steps"], "wall_s": meta["wall_seconds"],
-                     "best": meta["best_val_accuracy"], "stopped": meta["stopped_because"]})
+                           TrainConfig.from_section(params["train"], seed, device), out / name / stage, stage=stage,
+                           device=device)
+        rows.append({"arm": arm, "seed": seed, "stage": stage, "steps": meta["steps"],
+                     "stopped": meta["stopped_because"], "best": round(meta["best_val_accuracy"], 4),
+                     "best_step": meta["best_step"], "chance": round(meta["val_chance"], 4),
+                     "wall_s": round(meta["wall_seconds"], 1),
+                     "steps_per_s": round(meta["steps"] / max(meta["wall_seconds"], 1e-9), 1)})
+        with open(out / f"{name}.csv", "w", newline="") as f:
+            w = csv.DictWriter(f, FIELDS)
+            w.writeheader()
+            w.writerows(rows)
     return rows
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--paper", action="store_true", help="config/config.yaml alone (default: + config/mini.yaml)")
+    ap.add_argument("--arms", nargs="+", default=["all", "one"])
+    ap.add_argument("--seeds", nargs="+", type=int, default=[0])
     ap.add_argument("--stages", nargs="+", default=["text_s1", "text_s2", "text_s3"])
     ap.add_argument("--cap", type=int, default=20000, help="most steps per stage")
+    ap.add_argument("--target", type=float, default=None, help="every stage's target (default: the config's)")
+    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--out", type=Path, default=None, help="keep logs, stage CSVs and weights here")
     a = ap.parse_args()
-    with tempfile.TemporaryDirectory() as tmp, mp.get_context("spawn").Pool(2) as pool:
-        jobs = [pool.apply_async(run, (q, a.seed, a.stages, a.cap, Path(tmp))) for q in ("all", "one")]
-        dense, single = (j.get() for j in jobs)
-    print(f"seed {a.seed}, mini model, cap {a.cap} steps per stage\n")
-    print("| stage | dense steps | dense wall | dense best | single steps | single wall | single best |")
-    print("|---|---|---|---|---|---|---|")
-    for d, s in zip(dense, single):
-        print(f"| {d['stage']} | {d['steps']:,} ({d['stopped']}) | {d['wall_s'] / 60:.1f} min | {d['best']:.3f} "
-              f"| {s['steps']:,} ({s['stopped']}) | {s['wall_s'] / 60:.1f} min | {s['best']:.3f} |")
+    runs = [(arm, seed) for arm in a.arms for seed in a.seeds]
+    with tempfile.TemporaryDirectory() as tmp:
+        out = a.out or Path(tmp)
+        out.mkdir(parents=True, exist_ok=True)
+        with mp.get_context("spawn").Pool(len(runs)) as pool:
+            jobs = [pool.apply_async(run, (arm, seed, a.paper, a.stages, a.cap, a.target, a.device, out))
+                    for arm, seed in runs]
+            rows = [r for j in jobs for r in j.get()]
+    print(f"{'paper' if a.paper else 'mini'} config, {a.device}, cap {a.cap} steps per stage, target "
+          f"{a.target if a.target is not None else 'as configured'}\n")
+    print("| arm | seed | stage | steps (stopped because) | best validation (step) | chance | wall | steps/s |")
+    print("|---|---|---|---|---|---|---|---|")
+    for r in rows:
+        print(f"| {r['arm']} | {r['seed']} | {r['stage']} | {r['steps']:,} ({r['stopped']}) | {r['best']:.3f} "
+              f"({r['best_step']:,}) | {r['chance']:.3f} | {r['wall_s'] / 60:.1f} min | {r['steps_per_s']:.1f} |")
 
 
 if __name__ == "__main__":

@@ -2,13 +2,15 @@
 packing, the step, the bookkeeping) against the model alone on one fixed batch (forward + backward + clipping +
 optimizer), for the paper's model, mini's, and one so small that its step costs about what a GPU step does.
 
-    python benchmarks/bench_train_loop.py [--device cuda] [--threads 1] [--steps 300] [--queries one]
+    python benchmarks/bench_train_loop.py [--device cuda] [--threads 1] [--steps 300] [--queries one] [--compile]
 
 Batch 32, every object queried (mini's dense supervision; `--queries one`: the paper's one query per prompt),
 2..8 objects of text_s3's task, bf16 autocast where
 the device computes it natively. The loop runs with its batches drawn ahead by a thread (train_stage's default on
 CUDA) and in the loop (`ahead` 0, its default on a CPU); one validation of 32 prompts at the end is included in
-the loop's time. Runs unchanged on CUDA.
+the loop's time. Runs unchanged on CUDA. `--compile` adds the model alone with its forward (Transformer.residual
+and .logits) compiled by `torch.compile`, in the default mode and in "reduce-overhead" (CUDA graphs): how much a
+compiled step could gain at most, compilation excluded; a mode that fails prints its error.
 """
 import argparse
 import tempfile
@@ -34,9 +36,12 @@ def sync(device: str) -> None:
         torch.cuda.synchronize()
 
 
-def model_only(cfg: ModelConfig, train: TrainConfig, device: str, steps: int) -> float:
+def model_only(cfg: ModelConfig, train: TrainConfig, device: str, steps: int, mode: str | None = None) -> float:
     torch.manual_seed(0)
     model = Transformer(cfg).to(device).train()
+    if mode is not None:
+        model.residual = torch.compile(model.residual, mode=mode)
+        model.logits = torch.compile(model.logits, mode=mode)
     opt = make_optimizer(model, train)
     batch = generate(SPEC, train.batch_size, np.random.default_rng(0))
     batch = pack_queries(batch) if train.queries == "all" else batch
@@ -76,6 +81,7 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=300)
     ap.add_argument("--models", nargs="*", default=list(MODELS))
     ap.add_argument("--queries", choices=["all", "one"], default="all")
+    ap.add_argument("--compile", action="store_true", help="add the model alone, compiled (see the module doc)")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     precision = precision_for({"cpu": "auto", "cuda": "bf16"}, args.device)
@@ -84,12 +90,21 @@ def main() -> None:
     name = torch.cuda.get_device_name() if args.device.startswith("cuda") else f"cpu, {args.threads} thread(s)"
     print(f"device {name}, {precision}, batch 32, queries {args.queries}, {args.steps} steps")
     print(f"{'model':<16} {'model alone':>12} {'loop, ahead':>12} {'loop, inline':>13} {'ahead / alone':>14}")
+    eager = {}
     for key in args.models:
         cfg = MODELS[key]
         alone = model_only(cfg, train, args.device, args.steps)
         ahead = loop(cfg, train, args.device, ahead=2)
         inline = loop(cfg, train, args.device, ahead=0)
-        print(f"{key:<16} {alone:>12.1f} {ahead:>12.1f} {inline:>13.1f} {ahead / alone:>14.2f}")
+        print(f"{key:<16} {alone:>12.1f} {ahead:>12.1f} {inline:>13.1f} {ahead / alone:>14.2f}", flush=True)
+        eager[key] = alone
+    for key, mode in [(k, m) for k in args.models for m in ("default", "reduce-overhead")] if args.compile else []:
+        try:
+            rate = model_only(MODELS[key], train, args.device, args.steps, mode)
+            print(f"{key}, model alone compiled ({mode}): {rate:.1f} steps/s, {rate / eager[key]:.2f} x eager",
+                  flush=True)
+        except Exception as e:  # report and go on: the eager numbers stand
+            print(f"{key}, compiled ({mode}) failed: {type(e).__name__}: {str(e)[:300]}", flush=True)
 
 
 if __name__ == "__main__":

@@ -10,7 +10,7 @@ import yaml
 from vlbind import config as vlconfig
 
 ROOT = Path(__file__).resolve().parents[1]
-SOURCES = {"[paper]", "[assumption]", "[ours]", "[tool]"}
+SOURCES = {"[paper]", "[assumption]", "[changed]", "[ours]", "[tool]"}
 
 
 def schema_keys() -> list[str]:

@@ -197,3 +197,14 @@ def test_noise_jumps_equal_materialised_fully_masked_noise(tiny):
 def test_position_beyond_table_is_a_clear_error(tiny):
     with pytest.raises(ValueError, match="max_positions"):
         tiny(torch.zeros(1, 2, dtype=torch.long), torch.tensor([[0, 10**6]]))
+
+
+def test_answer_logits_checks_positions_on_the_host(tiny):
+    """The check answer_logits makes from the batch's numpy positions (on CUDA, the model's own would wait for
+    the device): a position beyond the table is the same clear error."""
+    from vlbind.inference import answer_logits
+
+    batch = generate(StageSpec(8, 8, 8, 2, 2), 2, np.random.default_rng(0))
+    batch.positions[0, -1] = TINY.max_positions
+    with pytest.raises(ValueError, match="max_positions"):
+        answer_logits(tiny, batch, "cpu")

@@ -18,7 +18,7 @@ from vlbind.vocab import VOCAB
 
 TINY = ModelConfig(n_layers=2, d_model=32, d_ff=64, n_heads=2, vocab_size=480)
 SPEC = StageSpec(8, 8, 8, 2, 3, shuffle=True)
-CFG = TrainConfig(lr=3e-3, warmup_steps=4, batch_size=8, eval_every=3, val_size=16, max_steps=12,
+CFG = TrainConfig(queries="one", lr=3e-3, warmup_steps=4, batch_size=8, eval_every=3, val_size=16, max_steps=12,
                   checkpoint_every=3, target_accuracy=None, patience=100)
 
 
@@ -381,3 +381,30 @@ def test_a_job_logs_its_device_and_precision_first(caplog):
         assert job_device("cpu", 1) == ("cpu", "fp32")
         assert job_device("cpu", 1, {"cpu": "fp32", "cuda": "bf16"}) == ("cpu", "fp32")
     assert caplog.messages == ["device cpu, 1 thread, fp32"] * 2
+
+
+def test_jobs_on_a_machine_with_several_gpus_spread_over_them(tmp_path, monkeypatch):
+    """claim_gpu: each job the least-used GPU while its lock is held; a finished (or killed) job's GPU is free
+    again. And job_device gives a plain `cuda` job the GPU it claims, not cuda:0 for all."""
+    import torch
+
+    from vlbind import device
+
+    held = [device.claim_gpu(2, tmp_path) for _ in range(5)]
+    assert [g for g, _ in held] == [0, 1, 0, 1, 0]
+    held[1][1].close()  # the job on GPU 1 ends
+    again = device.claim_gpu(2, tmp_path)
+    assert again[0] == 1
+    for _, lock in held + [again]:
+        lock.close()
+    assert device.claim_gpu(2, tmp_path)[0] == 0
+
+    monkeypatch.setenv("VLBIND_GPU_LOCKS", str(tmp_path / "job"))
+    (tmp_path / "job").mkdir()
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 3)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda d=None: f"GPU {d}")
+    monkeypatch.setattr(device, "_CLAIMED", [])
+    assert [device.job_device("cuda", 1)[0] for _ in range(4)] == ["cuda:0", "cuda:1", "cuda:2", "cuda:0"]
+    for lock in device._CLAIMED:
+        lock.close()

@@ -5,8 +5,12 @@ config resolve here, for the machine the job lands on (torch is imported only wh
 from __future__ import annotations
 
 import functools
+import itertools
+import os
+import tempfile
 import warnings
 from pathlib import Path
+from typing import IO
 
 from .settings import ConfigError
 
@@ -19,6 +23,30 @@ def resolve_device(name: str) -> str:
     if name.startswith("cuda") and not torch.cuda.is_available():
         raise ConfigError(f"config 'device: {name}' asks for CUDA, which this machine lacks; use 'auto' or 'cpu'")
     return name
+
+
+_CLAIMED: list[IO] = []  # this process's GPU lock: held until it exits
+
+
+def claim_gpu(count: int, lock_dir: str | Path | None = None) -> tuple[int, IO]:
+    """(index, lock) of the GPU a job runs on when it sees `count` > 1: the first GPU with the fewest jobs, by
+    lock files (`vlbind-gpu{index}-slot{k}.lock` in `lock_dir`, default $VLBIND_GPU_LOCKS or the temporary
+    directory) held while the lock stays open; the OS frees a killed job's. So the jobs of one machine spread
+    over its GPUs (`--resources gpu=N` caps how many run at once) instead of all landing on cuda:0. Under SLURM
+    a job sees only its own GPU and claims nothing."""
+    import fcntl
+
+    lock_dir = Path(lock_dir or os.environ.get("VLBIND_GPU_LOCKS") or tempfile.gettempdir())
+    for slot in itertools.count():
+        for gpu in range(count):
+            lock = open(lock_dir / f"vlbind-gpu{gpu}-slot{slot}.lock", "a")
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                lock.close()
+                continue
+            return gpu, lock
+    raise AssertionError("unreachable")
 
 
 def precision_for(precision: dict, device: str) -> str:
@@ -68,16 +96,21 @@ def autocast(device, precision: str):
 
 
 def job_device(name: str, threads: int, precision: dict | None = None) -> tuple[str, str]:
-    """What every model job does first: use `threads` torch threads, resolve config key `device` (`name`) and
-    its `precision` section (the autocast precision_for picks; "fp32" without one) for this machine, and log
-    where the job runs, e.g. "device cuda:0 (NVIDIA H200), bf16 autocast" or "device cpu, 1 thread, bf16
-    autocast". Returns (device, precision)."""
+    """What every model job does first: use `threads` torch threads, resolve config key `device` (`name`; plain
+    `cuda` or `auto` on a machine with several GPUs: the one claim_gpu gives) and its `precision` section (the
+    autocast precision_for picks; "fp32" without one) for this machine, and log where the job runs, e.g.
+    "device cuda:1 (NVIDIA H200), bf16 autocast" or "device cpu, 1 thread, bf16 autocast". Returns (device,
+    precision)."""
     import logging
 
     import torch
 
     torch.set_num_threads(threads)
     device = resolve_device(name)
+    if device == "cuda" and torch.cuda.device_count() > 1:
+        gpu, lock = claim_gpu(torch.cuda.device_count())
+        _CLAIMED.append(lock)
+        device = f"cuda:{gpu}"
     chosen = precision_for(precision, device) if precision is not None else "fp32"
     if device.startswith("cuda"):
         where = f"{device if ':' in device else 'cuda:' + str(torch.cuda.current_device())} " \

@@ -12,7 +12,7 @@ import numpy as np
 import torch
 
 from .device import autocast
-from .model import Transformer
+from .model import Transformer, check_positions
 from .tasks import Batch
 
 if TYPE_CHECKING:
@@ -20,7 +20,8 @@ if TYPE_CHECKING:
 
 
 def model_inputs(batch: Batch, device, bank: ImageBank | None = None):
-    """(tokens, positions, images) tensors for Transformer.residual; image features are read from `bank`."""
+    """(tokens, positions, images) tensors for Transformer.residual; image features are read from `bank`.
+    Copies to a GPU do not wait for it (a blocking copy waits for every queued kernel: the host would idle)."""
     tokens = torch.from_numpy(batch.tokens).to(device, non_blocking=True)
     positions = torch.from_numpy(batch.positions).to(device, non_blocking=True)
     images = None
@@ -29,7 +30,7 @@ def model_inputs(batch: Batch, device, bank: ImageBank | None = None):
         if bank is None:
             raise ValueError("the batch holds image-context prompts but no image bank was given")
         features = torch.from_numpy(bank.gather(batch.image_ids[mask], batch.patches[mask]))
-        images = (torch.from_numpy(mask).to(device), features.to(device, non_blocking=True))
+        images = (torch.from_numpy(mask).to(device, non_blocking=True), features.to(device, non_blocking=True))
     return tokens, positions, images
 
 
@@ -38,11 +39,12 @@ def answer_logits(model: Transformer, batch: Batch, device, precision: str = "fp
     """Logits at each prompt's [ANSWER] position, (B, vocab), float32; for a packed batch at every query
     group's [ANSWER], (B, Q, vocab); with `at` (B, K), at those positions instead (entries -1, the padding
     of answer_pos, give meaningless rows). The last block and the unembedding run there only."""
+    check_positions(int(batch.positions.max()), model.cfg)  # here, on the host: no wait for the device
     tokens, positions, images = model_inputs(batch, device, bank)
-    groups = None if batch.groups is None else torch.from_numpy(batch.groups).to(device)
+    groups = None if batch.groups is None else torch.from_numpy(batch.groups).to(device, non_blocking=True)
     at = batch.answer_pos if at is None else at
     with autocast(device, precision):
-        at = torch.from_numpy(np.maximum(at, 0)).to(tokens.device)
+        at = torch.from_numpy(np.maximum(at, 0)).to(tokens.device, non_blocking=True)
         logits = model.logits(model.residual(tokens, positions, images, at=at, groups=groups))
     return logits.float()
 

@@ -251,9 +251,8 @@ class Transformer(nn.Module):
         B, T = tokens.shape
         if positions is None:
             positions = torch.arange(T, device=tokens.device).expand(B, T)
-        top = int(positions.max())
-        if top >= self.cfg.max_positions:
-            raise ValueError(f"position id {top} exceeds ModelConfig.max_positions={self.cfg.max_positions}")
+        if not positions.is_cuda:  # on CUDA reading the max would wait for the device: answer_logits checks
+            check_positions(int(positions.max()), self.cfg)
         cis = self.rope_cis[positions][:, :, None, None]  # (B, T, 1, 1, Dh/2): broadcast over q/k and heads
         x = self.embed(tokens)
         if images is not None:
@@ -339,6 +338,11 @@ class Transformer(nn.Module):
         finally:
             for point, fn in reversed(attached):
                 point.fns.remove(fn)
+
+
+def check_positions(top: int, cfg: ModelConfig) -> None:
+    if top >= cfg.max_positions:
+        raise ValueError(f"position id {top} exceeds ModelConfig.max_positions={cfg.max_positions}")
 
 
 def group_mask(groups: torch.Tensor) -> torch.Tensor:

@@ -73,7 +73,8 @@ class TrainConfig:
     max_steps: int = 200_000
     checkpoint_every: int = 2000  # rounded up to a multiple of eval_every
     precision: str = "fp32"  # "fp32" or "bf16" (autocast)
-    queries: str = "one"  # training prompts: "one" query each (paper) or "all" objects queried (pack_queries)
+    queries: str = "all"  # training prompts: "all" objects queried (pack_queries; config.yaml's [changed]) or "one"
+    # query each (the paper's, which did not leave chance at text_s1: config.yaml)
     binding_loss: float = 0.0  # weight of the binding loss (module doc); 0: off (paper)
     keep: str = "best"  # weights kept: "best" validation (paper) or "last" step (module doc)
     val_images: float = 0.25  # share of the image bank's renderings held out from training for validation
@@ -123,7 +124,7 @@ def prompt_loss(logits: torch.Tensor, target: np.ndarray) -> torch.Tensor:
     """Cross-entropy, a mean over prompts. logits (B, K, vocab), target (B, K) with -1 where a prompt has no
     label: each prompt's loss is the mean over its labels, so every prompt weighs the same whatever its
     length. For a packed batch the expected gradient is then that of single-query training."""
-    target = torch.from_numpy(target).to(logits.device)
+    target = torch.from_numpy(target).to(logits.device, non_blocking=True)
     has = target >= 0
     losses = F.cross_entropy(logits.flatten(0, 1), target.clamp(min=0).flatten(), reduction="none")
     return ((losses.view_as(target) * has).sum(1) / has.sum(1).clamp(min=1)).mean()
@@ -226,14 +227,15 @@ def fingerprint(*parts) -> str:
 def train_stage(model: Transformer, spec: StageSpec, cfg: TrainConfig, out_dir: Path, *, stage: str,
                 device="cpu", parent: str | None = None, bank: ImageBank | None = None,
                 start: tuple[StageSpec, int] | None = None, callback: Callable[[int], None] | None = None,
-                ahead: int | None = None) -> dict:
+                ahead: int = 0) -> dict:
     """Train `model` in place on prompts from `spec` (image contexts read from `bank`); write the stage's
     model directory; return its meta. `start` = (spec, steps), not in the paper: the first `steps` training
     batches come from that spec instead (validation always from `spec`). `ahead` batches are drawn ahead by
-    a background thread (Batches; 0: in the loop; the weights are the same); None: 2 on CUDA, 0 on a CPU, where
-    the thread shares the cores with the step (benchmarks/bench_train_loop.py: no gain at mini's size, a loss
-    at 1 x 16). Between validations nothing waits on the device: losses and gradient norms stay there and are
-    read at each validation.
+    a background thread (Batches; 0, the default: in the loop; the weights are the same). Measured
+    (benchmarks/bench_train_loop.py, docs/results/benchmarks-train-loop.md), the thread gains nothing on a CPU
+    nor on an H100: there the eager step is bound by the host's launching of kernels, which the thread competes
+    with for the interpreter. Between validations nothing waits on the device: losses and gradient norms stay
+    there and are read at each validation.
 
     `callback(step)` runs after every optimizer step (tests use it to simulate a kill or inject a NaN).
     """
@@ -265,8 +267,6 @@ def train_stage(model: Transformer, spec: StageSpec, cfg: TrainConfig, out_dir: 
         batch = generate(start_spec if done < start_steps else spec, cfg.batch_size, rng, bank=bank)
         return pack_queries(batch) if cfg.queries == "all" else batch
 
-    if ahead is None:
-        ahead = 2 if str(device).startswith("cuda") else 0
     batches = Batches(draw, rng, step, cfg.max_steps, ahead)
     t0, t_last, step_last, losses, reason = time.time(), time.time(), step, [], "max_steps"
     try:
