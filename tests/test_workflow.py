@@ -525,7 +525,7 @@ def test_the_control_arm_is_its_text_parent_plus_the_image_arms_binding_loss_and
     note = vlconfig.training_note(mini, mini["variants"])
     assert "text_only, noise_text: fixed-order lists (text_s4 skipped), no binding loss" in note
     assert "image_text, noise_image_text: shuffled lists (text_s4 skipped), binding loss 1 from image on" in note
-    assert "text_bind: fixed-order lists (text_s4 skipped), binding loss 1 from text_bind on (2000 steps" in note
+    assert "text_bind: fixed-order lists (text_s4 skipped), binding loss 1 from text_bind on (1750 steps" in note
     paper = vlconfig.load([ROOT / "config/config.yaml"])
     assert vlconfig.training_note(paper, paper["variants"]) == (
         "text_only, noise_text, image_text, noise_image_text: shuffled lists, no binding loss")
