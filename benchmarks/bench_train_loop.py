@@ -7,9 +7,10 @@ optimizer), for the paper's model, mini's, and one so small that its step costs 
 Batch 32, every object queried (`train.queries: all`, the configs' setting; `--queries one`: the paper's one
 query per prompt), 2..8 objects of text_s3's task, bf16 autocast where the device computes it natively. The loop
 runs with its batches drawn ahead by a thread (`ahead` 2) and in the loop (`ahead` 0, train_stage's default); one
-validation of 32 prompts at the end is included in the loop's time. Runs unchanged on CUDA. `--compile` adds the model alone with its forward (Transformer.residual
-and .logits) compiled by `torch.compile`, in the default mode and in "reduce-overhead" (CUDA graphs): how much a
-compiled step could gain at most, compilation excluded; a mode that fails prints its error.
+validation of 32 prompts at the end is included in the loop's time. Runs unchanged on CUDA. `--compile` adds
+the model alone with its forward (Transformer.residual and .logits) compiled by `torch.compile`, in the default
+mode and in "reduce-overhead" (CUDA graphs): how much a compiled step could gain at most, compilation excluded;
+a mode that fails prints its error.
 """
 import argparse
 import tempfile
