@@ -8,9 +8,10 @@ Batch 32, every object queried (`train.queries: all`, the configs' setting; `--q
 query per prompt), 2..8 objects of text_s3's task, bf16 autocast where the device computes it natively. The loop
 runs with its batches drawn ahead by a thread (`ahead` 2) and in the loop (`ahead` 0, train_stage's default); one
 validation of 32 prompts at the end is included in the loop's time. Runs unchanged on CUDA. `--compile` adds
-the model alone with its forward (Transformer.residual and .logits) compiled by `torch.compile`, in the default
-mode and in "reduce-overhead" (CUDA graphs): how much a compiled step could gain at most, compilation excluded;
-a mode that fails prints its error.
+the model alone with its forward compiled by `torch.compile`, in the default mode and in "reduce-overhead" (CUDA
+graphs), and the loop with `train.compile` (train.compiled: reduce-overhead on CUDA, default elsewhere), each
+compilation excluded (a run of 10 steps, 50 compiled, before the timed one compiles); a mode that fails prints its
+error.
 """
 import argparse
 import tempfile
@@ -39,15 +40,13 @@ def sync(device: str) -> None:
 def model_only(cfg: ModelConfig, train: TrainConfig, device: str, steps: int, mode: str | None = None) -> float:
     torch.manual_seed(0)
     model = Transformer(cfg).to(device).train()
-    if mode is not None:
-        model.residual = torch.compile(model.residual, mode=mode)
-        model.logits = torch.compile(model.logits, mode=mode)
+    net = model if mode is None else torch.compile(model, mode=mode)
     opt = make_optimizer(model, train)
     batch = generate(SPEC, train.batch_size, np.random.default_rng(0))
     batch = pack_queries(batch) if train.queries == "all" else batch
 
     def step():
-        loss = training_loss(model, batch, train, device)
+        loss = training_loss(net, batch, train, device)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), train.grad_clip)
@@ -66,7 +65,8 @@ def model_only(cfg: ModelConfig, train: TrainConfig, device: str, steps: int, mo
 def loop(cfg: ModelConfig, train: TrainConfig, device: str, ahead: int) -> float:
     torch.manual_seed(0)
     with tempfile.TemporaryDirectory() as d:
-        warm = TrainConfig(**{**train.__dict__, "max_steps": 10, "eval_every": 10})
+        n = 50 if train.compile else 10  # compiled: long enough to meet the batch shapes and recompile once
+        warm = TrainConfig(**{**train.__dict__, "max_steps": n, "eval_every": n})
         train_stage(Transformer(cfg), SPEC, warm, Path(d) / "warm", stage="bench", device=device, ahead=ahead)
         t0 = time.perf_counter()
         train_stage(Transformer(cfg), SPEC, train, Path(d) / "run", stage="bench", device=device, ahead=ahead)
@@ -90,14 +90,14 @@ def main() -> None:
     name = torch.cuda.get_device_name() if args.device.startswith("cuda") else f"cpu, {args.threads} thread(s)"
     print(f"device {name}, {precision}, batch 32, queries {args.queries}, {args.steps} steps")
     print(f"{'model':<16} {'model alone':>12} {'loop, ahead':>12} {'loop, inline':>13} {'ahead / alone':>14}")
-    eager = {}
+    eager, eager_loop = {}, {}
     for key in args.models:
         cfg = MODELS[key]
         alone = model_only(cfg, train, args.device, args.steps)
         ahead = loop(cfg, train, args.device, ahead=2)
         inline = loop(cfg, train, args.device, ahead=0)
         print(f"{key:<16} {alone:>12.1f} {ahead:>12.1f} {inline:>13.1f} {ahead / alone:>14.2f}", flush=True)
-        eager[key] = alone
+        eager[key], eager_loop[key] = alone, inline
     for key, mode in [(k, m) for k in args.models for m in ("default", "reduce-overhead")] if args.compile else []:
         try:
             rate = model_only(MODELS[key], train, args.device, args.steps, mode)
@@ -105,6 +105,14 @@ def main() -> None:
                   flush=True)
         except Exception as e:  # report and go on: the eager numbers stand
             print(f"{key}, compiled ({mode}) failed: {type(e).__name__}: {str(e)[:300]}", flush=True)
+    for key in args.models if args.compile else []:
+        torch._dynamo.reset()  # forget the compilations above
+        try:
+            rate = loop(MODELS[key], TrainConfig(**{**train.__dict__, "compile": True}), args.device, ahead=0)
+            print(f"{key}, loop with train.compile: {rate:.1f} steps/s, {rate / eager_loop[key]:.2f} x the eager loop",
+                  flush=True)
+        except Exception as e:
+            print(f"{key}, loop with train.compile failed: {type(e).__name__}: {str(e)[:300]}", flush=True)
 
 
 if __name__ == "__main__":

@@ -38,14 +38,15 @@ def answer_logits(model: Transformer, batch: Batch, device, precision: str = "fp
                   bank: ImageBank | None = None, at: np.ndarray | None = None) -> torch.Tensor:
     """Logits at each prompt's [ANSWER] position, (B, vocab), float32; for a packed batch at every query
     group's [ANSWER], (B, Q, vocab); with `at` (B, K), at those positions instead (entries -1, the padding
-    of answer_pos, give meaningless rows). The last block and the unembedding run there only."""
+    of answer_pos, give meaningless rows). The last block and the unembedding run there only. `model` may be
+    a Transformer wrapped by torch.compile (train.compile): its forward is what runs."""
     check_positions(int(batch.positions.max()), model.cfg)  # here, on the host: no wait for the device
     tokens, positions, images = model_inputs(batch, device, bank)
     groups = None if batch.groups is None else torch.from_numpy(batch.groups).to(device, non_blocking=True)
     at = batch.answer_pos if at is None else at
     with autocast(device, precision):
         at = torch.from_numpy(np.maximum(at, 0)).to(tokens.device, non_blocking=True)
-        logits = model.logits(model.residual(tokens, positions, images, at=at, groups=groups))
+        logits = model(tokens, positions, images, groups=groups, at=at)
     return logits.float()
 
 

@@ -251,7 +251,9 @@ class Transformer(nn.Module):
         B, T = tokens.shape
         if positions is None:
             positions = torch.arange(T, device=tokens.device).expand(B, T)
-        if not positions.is_cuda:  # on CUDA reading the max would wait for the device: answer_logits checks
+        # on CUDA reading the max would wait for the device, and compiled it would break the graph: answer_logits
+        # checks on the host
+        if not (positions.is_cuda or torch.compiler.is_compiling()):
             check_positions(int(positions.max()), self.cfg)
         cis = self.rope_cis[positions][:, :, None, None]  # (B, T, 1, 1, Dh/2): broadcast over q/k and heads
         x = self.embed(tokens)
@@ -305,9 +307,9 @@ class Transformer(nn.Module):
 
     def forward(self, tokens: torch.Tensor, positions: torch.Tensor | None = None,
                 images: tuple[torch.Tensor, torch.Tensor] | None = None,
-                groups: torch.Tensor | None = None) -> torch.Tensor:
-        """Logits for every position, (B, T, vocab_size)."""
-        return self.logits(self.residual(tokens, positions, images, groups=groups))
+                groups: torch.Tensor | None = None, at: torch.Tensor | None = None) -> torch.Tensor:
+        """Logits for every position, (B, T, vocab_size); with `at`, at those positions only (residual)."""
+        return self.logits(self.residual(tokens, positions, images, at=at, groups=groups))
 
     # --- hook API -------------------------------------------------------------------------------
     def residual_with_cache(self, names: Iterable[str], tokens: torch.Tensor, positions: torch.Tensor | None = None,

@@ -73,6 +73,7 @@ class TrainConfig:
     max_steps: int = 200_000
     checkpoint_every: int = 2000  # rounded up to a multiple of eval_every
     precision: str = "fp32"  # "fp32" or "bf16" (autocast)
+    compile: bool = False  # the training step's forward through torch.compile (CUDA: CUDA graphs); our assumption
     queries: str = "all"  # training prompts: "all" objects queried (pack_queries; config.yaml's [changed]) or "one"
     # query each (the paper's, which did not leave chance at text_s1: config.yaml)
     binding_loss: float = 0.0  # weight of the binding loss (module doc); 0: off (paper)
@@ -220,6 +221,13 @@ class Batches:
             self.thread.join()
 
 
+def compiled(model: Transformer, device) -> torch.nn.Module:
+    """`model` with its forward compiled by torch.compile: on CUDA in "reduce-overhead" mode (CUDA graphs, one
+    per batch shape: the step's kernels replay without the host launching each), elsewhere in the default mode.
+    It shares the model's parameters; the weights it trains differ from eager ones by rounding only (test)."""
+    return torch.compile(model, mode="reduce-overhead" if str(device).startswith("cuda") else None)
+
+
 def fingerprint(*parts) -> str:
     return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
@@ -267,12 +275,13 @@ def train_stage(model: Transformer, spec: StageSpec, cfg: TrainConfig, out_dir: 
         batch = generate(start_spec if done < start_steps else spec, cfg.batch_size, rng, bank=bank)
         return pack_queries(batch) if cfg.queries == "all" else batch
 
+    net = compiled(model, device) if cfg.compile else model  # validation stays eager: its shapes differ
     batches = Batches(draw, rng, step, cfg.max_steps, ahead)
     t0, t_last, step_last, losses, reason = time.time(), time.time(), step, [], "max_steps"
     try:
         while step < cfg.max_steps:
             batch, rng_state = batches.next()
-            loss = training_loss(model, batch, cfg, device, bank)
+            loss = training_loss(net, batch, cfg, device, bank)
             opt.zero_grad(set_to_none=True)
             loss.backward()
             grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)  # stays on the device
