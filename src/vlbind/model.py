@@ -261,7 +261,11 @@ class Transformer(nn.Module):
             mask, features = images
             if self.projector is None:
                 raise ValueError("image tokens given to a text-only model; attach_projector() first")
-            x = x.index_put((mask,), self.projector(features.to(x.dtype)).to(x.dtype))  # bf16 under autocast
+            projected = self.projector(features.to(x.dtype)).to(x.dtype)  # bf16 under autocast
+            # row k of `projected` to the k-th True of `mask` (row-major), as a gather: no data-dependent
+            # shapes (a boolean index has them), so the step compiles (train.compile) image batches too
+            row = (mask.flatten().cumsum(0) - 1).clamp(min=0).view_as(mask)
+            x = torch.where(mask[..., None], projected[row], x)
         mask = None if groups is None else group_mask(groups)
         *first, last = self.blocks
         for block in first:
