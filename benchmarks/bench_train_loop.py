@@ -10,7 +10,7 @@ runs with its batches drawn ahead by a thread (`ahead` 2) and in the loop (`ahea
 validation of 32 prompts at the end is included in the loop's time. Runs unchanged on CUDA. `--compile` adds
 the model alone with its forward compiled by `torch.compile`, in the default mode and in "reduce-overhead" (CUDA
 graphs), and the loop with `train.compile` (train.compiled: reduce-overhead on CUDA, default elsewhere), each
-compilation excluded (a run of 10 steps, 50 compiled, before the timed one compiles); a mode that fails prints its
+compilation excluded (a run of 10 steps, 300 compiled, before the timed one compiles); a mode that fails prints its
 error.
 """
 import argparse
@@ -65,7 +65,7 @@ def model_only(cfg: ModelConfig, train: TrainConfig, device: str, steps: int, mo
 def loop(cfg: ModelConfig, train: TrainConfig, device: str, ahead: int) -> float:
     torch.manual_seed(0)
     with tempfile.TemporaryDirectory() as d:
-        n = 50 if train.compile else 10  # compiled: long enough to meet the batch shapes and recompile once
+        n = 300 if train.compile else 10  # compiled: long enough to meet the batch shapes and recompile for them
         warm = TrainConfig(**{**train.__dict__, "max_steps": n, "eval_every": n})
         train_stage(Transformer(cfg), SPEC, warm, Path(d) / "warm", stage="bench", device=device, ahead=ahead)
         t0 = time.perf_counter()
