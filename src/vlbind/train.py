@@ -73,7 +73,7 @@ class TrainConfig:
     max_steps: int = 200_000
     checkpoint_every: int = 2000  # rounded up to a multiple of eval_every
     precision: str = "fp32"  # "fp32" or "bf16" (autocast)
-    compile: bool = False  # the training step's forward through torch.compile (CUDA: CUDA graphs); our assumption
+    compile: bool = False  # the training step's forward through torch.compile (CUDA: CUDA graphs); off: eager
     queries: str = "all"  # training prompts: "all" objects queried (pack_queries; config.yaml's [changed]) or "one"
     # query each (the paper's, which did not leave chance at text_s1: config.yaml)
     binding_loss: float = 0.0  # weight of the binding loss (module doc); 0: off (paper)
