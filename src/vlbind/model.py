@@ -264,8 +264,8 @@ class Transformer(nn.Module):
             projected = self.projector(features.to(x.dtype)).to(x.dtype)  # bf16 under autocast
             # row k of `projected` to the k-th True of `mask` (row-major), as a gather: no data-dependent
             # shapes (a boolean index has them), so the step compiles (train.compile) image batches too
-            row = (mask.flatten().cumsum(0) - 1).clamp(min=0).view_as(mask)
             if len(projected):  # none: an all-False mask leaves the embeddings as they are
+                row = (mask.flatten().cumsum(0) - 1).clamp(min=0).view_as(mask)
                 x = torch.where(mask[..., None], projected[row], x)
         mask = None if groups is None else group_mask(groups)
         *first, last = self.blocks
