@@ -24,6 +24,7 @@ TEXT_SPECS = {
     "grounding": StageSpec(216, 216, 32, 2, 8, grounding_fraction=1.0),
     "symmetric": StageSpec(216, 216, 32, 2, 8, grounding_fraction=0.3, symmetric_fraction=0.5),
     "noise": StageSpec(216, 216, 32, 2, 8, symmetric_fraction=0.5, noise_tokens=100, noise_fraction=0.5),
+    "one_hop_lookups": StageSpec(216, 216, 32, 2, 8, symmetric_fraction=0.5, lookup_fraction=0.5),
 }
 IMAGE_SPEC = StageSpec(8, 13, 8, 2, 8, grounding_fraction=0.5, symmetric_fraction=0.5, image_fraction=0.5)
 
@@ -92,6 +93,19 @@ def test_every_block_target_is_recomputed_from_its_own_tokens(tmp_path):
                 else:
                     assert solve(prompt_text(u, i)) == VOCAB.tokens[u.target[i]], name
                 assert u.slots[i, u.answer_pos[i] - 1] == p  # the query names slot p
+
+
+def test_a_packed_solo_context_prompt_gives_its_single_query_prompts_logits():
+    """A solo-context prompt (the context shows the queried object alone) packs to one group: itself."""
+    spec = StageSpec(216, 216, 8, 2, 8, symmetric_fraction=0.5, solo_fraction=1.0, noise_tokens=100,
+                     noise_fraction=0.5)
+    b = generate(spec, 32, np.random.default_rng(9))
+    model = tiny()
+    with torch.no_grad():
+        packed = answer_logits(model, pack_queries(b), "cpu")
+        single = answer_logits(model, b, "cpu")
+    assert packed.shape[1] == 1
+    torch.testing.assert_close(packed[:, 0], single, atol=1e-5, rtol=0)
 
 
 def test_a_block_sees_the_prefix_and_itself_only():

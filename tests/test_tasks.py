@@ -4,7 +4,8 @@
 import numpy as np
 import pytest
 
-from vlbind.tasks import BY_COLOR, BY_SHAPE, GROUNDING, RETRIEVAL, Role, StageSpec, generate, prompt_text
+from vlbind.tasks import (BY_COLOR, BY_SHAPE, GROUNDING, LOOKUP, RETRIEVAL, SOLO, Role, StageSpec, generate,
+                          pack_queries, prompt_text)
 from vlbind.vocab import VOCAB
 
 CURRICULUM = {
@@ -16,6 +17,8 @@ CURRICULUM = {
     "noise_text": StageSpec(216, 216, 32, 2, 8, shuffle=True, symmetric_fraction=0.5, noise_tokens=100,
                             noise_fraction=0.5),
     "mixed_tasks": StageSpec(216, 216, 32, 2, 8, grounding_fraction=0.5, symmetric_fraction=0.5),
+    "practice": StageSpec(216, 216, 8, 2, 8, shuffle=True, grounding_fraction=0.2, symmetric_fraction=0.5,
+                          lookup_fraction=0.3, solo_fraction=0.5, noise_tokens=100, noise_fraction=0.5),
 }
 
 
@@ -28,16 +31,18 @@ def solve(text: str) -> str:
     assert all(c.startswith("color") and s.startswith("shape") for c, s in pairs)
     assert toks[-3] == "[QUESTION]" and toks[-1] == "[ANSWER]"
     query = toks[-2]
+    middle = toks[end + 1 : -3]
+    assoc = dict(e.split() for e in " ".join(middle).split(" [SEP] ")) if middle else {}
+    if query in assoc:  # a one-hop lookup (practice prompt): the query names an association key
+        return assoc[query]
     if query.startswith("color"):
         (entity,) = [s for c, s in pairs if c == query]
     else:
         (entity,) = [c for c, s in pairs if s == query]
-    middle = toks[end + 1 : -3]
     if not middle:  # feature grounding
         return entity
-    entries = " ".join(middle).split(" [SEP] ")
-    assoc = dict(e.split() for e in entries)
-    assert len(assoc) == len(pairs)  # one entry per context pair
+    # one entry per context pair; a solo context (practice prompt) shows one pair of a longer list
+    assert len(assoc) == len(pairs) or (len(pairs) == 1 and len(assoc) > 1)
     return assoc[entity]
 
 
@@ -70,7 +75,8 @@ def test_stage_constraints(stage):
         colors = row[b.roles[i, : len(row)] == Role.CONTEXT_COLOR]
         shapes = row[b.roles[i, : len(row)] == Role.CONTEXT_SHAPE]
         items = row[b.roles[i, : len(row)] == Role.ASSOCIATION_ITEM]
-        assert len(colors) == len(shapes) == n and len(set(colors)) == len(set(shapes)) == n
+        shown = 1 if b.kind[i] == SOLO else n  # a solo context shows the queried object alone
+        assert len(colors) == len(shapes) == shown and len(set(colors)) == len(set(shapes)) == shown
         assert len(set(items)) == len(items) == (0 if b.kind[i] == GROUNDING else n)
         assert colors.min() >= VOCAB.color_offset and colors.max() < VOCAB.color_offset + spec.n_colors
         assert shapes.min() >= VOCAB.shape_offset and shapes.max() < VOCAB.shape_offset + spec.n_shapes
@@ -90,7 +96,7 @@ def test_restricted_vocab_is_fully_used():
     assert set(np.unique(b.shapes)) == set(VOCAB.shape_offset + np.arange(8))
 
 
-@pytest.mark.parametrize("stage", ["text_s5", "mixed_tasks"])
+@pytest.mark.parametrize("stage", ["text_s5", "mixed_tasks", "practice"])
 def test_roles_and_slots_point_at_the_bound_objects(stage):
     b = generate(CURRICULUM[stage], 300, np.random.default_rng(4))
     for i in range(len(b)):
@@ -156,3 +162,37 @@ def test_paper_example_is_solved():
             "shape0055 item0025 [SEP] shape0091 item0020 [QUESTION] color0119 [ANSWER]")
     assert solve(text) == "item0029"
     assert VOCAB.decode(VOCAB.encode(text)) == text
+
+
+def test_practice_prompts_keep_one_hop_and_validation_leaves_them_out():
+    spec = CURRICULUM["practice"]
+    b = generate(spec, 4000, np.random.default_rng(3))
+    share = np.bincount(b.kind, minlength=4) / len(b)
+    assert abs(share[GROUNDING] - 0.2) < 0.03 and abs(share[LOOKUP] - 0.8 * 0.3) < 0.03
+    assert abs(share[SOLO] - 0.8 * 0.7 * 0.5) < 0.03  # half the retrieval prompts lookup_fraction leaves
+    solo = np.flatnonzero(b.kind == SOLO)
+    q = b.query_slot[solo]
+    assert np.array_equal(b.tokens[solo, 0], b.colors[solo, q]) and np.array_equal(b.tokens[solo, 1], b.shapes[solo, q])
+    assert (b.slots[solo, :2] == q[:, None]).all() and (b.roles[solo, 2] == Role.CONTEXT_END).all()
+    assert np.array_equal((b.roles[solo] == Role.ASSOCIATION_KEY).sum(1), b.n_objects[solo])  # the whole list
+    assert (b.noise[solo] > 0).any() and (b.positions[solo, :3] == [0, 1, 2]).all()  # one object: no noise gap
+    for i in np.flatnonzero(b.kind == LOOKUP)[:50]:  # the query is the key of the queried object's entry
+        text = prompt_text(b, i)
+        assert text.split()[-2] in text.split(" [CONTEXTEND] ")[1].split(" [QUESTION] ")[0].split()
+        assert b.target[i] == b.items[i, b.query_slot[i]]
+    plain = spec.without_practice()
+    assert (plain.lookup_fraction, plain.solo_fraction) == (0.0, 0.0) and plain.grounding_fraction == 0.2
+    with pytest.raises(ValueError, match="solo_fraction"):
+        StageSpec(image_fraction=0.5, solo_fraction=0.5)
+
+
+def test_a_packed_solo_context_prompt_queries_its_one_object():
+    b = generate(CURRICULUM["practice"], 300, np.random.default_rng(4))
+    pb = pack_queries(b)
+    n_groups = (pb.target >= 0).sum(1)
+    assert np.array_equal(n_groups, np.where(b.kind == SOLO, 1, b.n_objects))
+    solo = np.flatnonzero(b.kind == SOLO)
+    assert np.array_equal(pb.query_slot[solo, 0], b.query_slot[solo])
+    assert np.array_equal(pb.target[solo, 0], b.target[solo])
+    assert np.array_equal(pb.tokens[solo, pb.answer_pos[solo, 0] - 1], b.tokens[solo, b.answer_pos[solo] - 1])
+

@@ -13,7 +13,7 @@ from vlbind.evaluate import EVAL_SPEC, EvalConfig, evaluate
 from vlbind.model import ModelConfig, Transformer
 from vlbind.outcomes import ood_average
 from vlbind.tasks import BY_COLOR, RETRIEVAL, StageSpec, generate, prompt_text
-from vlbind.train import RESUME_FILE, TrainConfig, lr_at, resume_weights, train_stage
+from vlbind.train import RESUME_FILE, TrainConfig, lr_at, make_optimizer, resume_weights, train_stage
 from vlbind.vocab import VOCAB
 
 TINY = ModelConfig(n_layers=2, d_model=32, d_ff=64, n_heads=2, vocab_size=480)
@@ -151,6 +151,34 @@ def test_stage_keeps_best_weights_and_stops_at_target(tmp_path):
     cfg = TrainConfig(**{**CFG.__dict__, "target_accuracy": 0.0})
     meta = train_stage(fresh(), SPEC, cfg, tmp_path, stage="text_s1")
     assert meta["stopped_because"] == "target_accuracy" and meta["steps"] == cfg.eval_every
+
+
+@pytest.mark.parametrize("wait", [0.0, 0.9])
+def test_the_plateau_rule_waits_out_the_chance_phase_when_asked(tmp_path, wait):
+    """lr 0: validation never moves from its first value, near chance. The plateau rule stops the stage after
+    `patience` validations, unless it waits for the best validation to leave chance by `wait`."""
+    cfg = TrainConfig(**{**CFG.__dict__, "lr": 0.0, "patience": 1, "plateau_above_chance": wait})
+    meta = train_stage(fresh(), SPEC, cfg, tmp_path, stage="text_s4")
+    assert meta["best_val_accuracy"] < meta["val_chance"] + wait
+    if wait:
+        assert (meta["stopped_because"], meta["steps"]) == ("max_steps", cfg.max_steps)
+    else:
+        assert (meta["stopped_because"], meta["steps"]) == ("plateau", 2 * cfg.eval_every)
+
+
+def test_a_stage_given_its_parents_optimizer_continues_its_state(tmp_path):
+    """Two stages with the parent's optimizer carried over train the weights that one run of both stages' steps
+    with one optimizer trains (same batches: one task, one stream per stage name)."""
+    cfg = TrainConfig(**{**CFG.__dict__, "warmup_steps": 0, "max_steps": 6, "keep": "last"})
+    a = fresh()
+    opt = make_optimizer(a, cfg)
+    train_stage(a, SPEC, cfg, tmp_path / "a1", stage="text_s1", optimizer=opt)
+    train_stage(a, SPEC, cfg, tmp_path / "a2", stage="text_s2", optimizer=opt)
+    assert int(opt.state[next(iter(a.parameters()))]["step"]) == 12
+    b = fresh()
+    train_stage(b, SPEC, cfg, tmp_path / "b1", stage="text_s1")
+    train_stage(b, SPEC, cfg, tmp_path / "b2", stage="text_s2")  # a fresh AdamW: other weights
+    assert not all(torch.equal(b.state_dict()[k], v) for k, v in a.state_dict().items())
 
 
 @pytest.mark.parametrize("keep", ["best", "last"])

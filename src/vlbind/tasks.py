@@ -9,6 +9,14 @@ Layout of a retrieval prompt with n objects (compact index t, no noise):
     t = 5n, 5n+1, 5n+2 [QUESTION] query [ANSWER]                         (length 5n+3)
 
 A grounding prompt has no association list: context, [CONTEXTEND] [QUESTION] query [ANSWER] (2n+4).
+
+Practice prompts (not in the paper; StageSpec.lookup_fraction, solo_fraction; validation and evaluation leave
+them out) take one hop of the two-hop lookup away:
+- a one-hop lookup prompt is a retrieval prompt whose query is an association key (a shape; a color when queried
+  by shape) and whose answer is that entry's item: the list lookup without the context;
+- a solo-context prompt is a retrieval prompt whose context shows the queried object alone (length 3n+5), the
+  association list whole: the item needs the lookup keyed by the shape read from the context, but not the
+  choice among the context's objects.
 Objects are identified by their *slot* p, their index in the context. Every batch carries the role of
 every position, the slot it refers to and the bindings (color, shape, item per slot), so analyses never
 re-parse text.
@@ -54,7 +62,9 @@ class Role(IntEnum):
     CONTEXT_IMAGE = 11  # an image patch token; its slot is the object it shows (-1: background)
 
 
-RETRIEVAL, GROUNDING = 0, 1  # prompt kinds (Batch.kind): with an association list, or grounding only
+# prompt kinds (Batch.kind): retrieval; grounding only (no association list); the practice prompts (module doc):
+# one-hop lookup of an association key, retrieval with the queried object alone in the context
+RETRIEVAL, GROUNDING, LOOKUP, SOLO = 0, 1, 2, 3
 BY_COLOR, BY_SHAPE = 0, 1
 TEXT, IMAGE = 0, 1  # modality of a prompt's context
 
@@ -77,6 +87,9 @@ class StageSpec:
     noise_tokens: int = 0  # unattendable noise tokens between consecutive context objects
     noise_fraction: float = 1.0  # share of prompts that carry noise when noise_tokens > 0
     image_fraction: float = 0.0  # share of prompts whose context is images (D.6: 1.0, D.7 mixed: 0.2)
+    # practice prompts (module doc; not in the paper; text only): shares of the retrieval prompts
+    lookup_fraction: float = 0.0  # one-hop lookups (query an association key, answer its item)
+    solo_fraction: float = 0.0  # of those left, retrieval with the queried object alone in the context
 
     def __post_init__(self) -> None:
         limits = {"n_colors": VOCAB.n_colors, "n_shapes": VOCAB.n_shapes, "n_items": VOCAB.n_items}
@@ -91,9 +104,13 @@ class StageSpec:
             if getattr(self, key) < self.max_objects:
                 raise ValueError(f"StageSpec.{key}={getattr(self, key)} is smaller than max_objects="
                                  f"{self.max_objects}: objects in a prompt need distinct tokens")
-        for key in ("grounding_fraction", "symmetric_fraction", "noise_fraction", "image_fraction"):
+        for key in ("grounding_fraction", "symmetric_fraction", "noise_fraction", "image_fraction",
+                    "lookup_fraction", "solo_fraction"):
             if not 0.0 <= getattr(self, key) <= 1.0:
                 raise ValueError(f"StageSpec.{key}={getattr(self, key)} must lie in [0, 1]")
+        if (self.lookup_fraction or self.solo_fraction) and self.image_fraction:
+            raise ValueError("StageSpec.lookup_fraction / solo_fraction > 0 need image_fraction 0: practice prompts "
+                             "are text only")
         if self.noise_tokens < 0:
             raise ValueError(f"StageSpec.noise_tokens={self.noise_tokens} must be >= 0")
 
@@ -103,6 +120,10 @@ class StageSpec:
 
     def to_dict(self) -> dict:
         return asdict(self)
+
+    def without_practice(self) -> StageSpec:
+        """The stage's task without practice prompts: what validation measures."""
+        return replace(self, lookup_fraction=0.0, solo_fraction=0.0)
 
 
 ORDERS = ("fixed", "shuffled")  # association list in context order or in random order (StageSpec.shuffle)
@@ -191,6 +212,9 @@ def generate(spec: StageSpec, batch_size: int, rng: np.random.Generator, *, n_ob
     order[~valid] = -1
     query_slot = (rng.random(B) * n).astype(np.int64)
     kind_ = _choice(rng, B, spec.grounding_fraction, kind, GROUNDING, RETRIEVAL)
+    for fraction, practice in ((spec.lookup_fraction, LOOKUP), (spec.solo_fraction, SOLO)):
+        if kind is None and fraction > 0:  # draws nothing otherwise: stages without practice keep their stream
+            kind_ = np.where((kind_ == RETRIEVAL) & (rng.random(B) < fraction), practice, kind_)
     by = _choice(rng, B, spec.symmetric_fraction, query_by, BY_SHAPE, BY_COLOR)
     noisy = rng.random(B) < spec.noise_fraction if noise is None else np.full(B, bool(noise))
     if modality is None and spec.image_fraction == 0:
@@ -200,6 +224,8 @@ def generate(spec: StageSpec, batch_size: int, rng: np.random.Generator, *, n_ob
     pictured = modal == IMAGE
     if pictured.any() and bank is None:
         raise ValueError("image-context prompts (image_fraction > 0 or modality=IMAGE) need an image bank")
+    if (pictured & ((kind_ == LOOKUP) | (kind_ == SOLO))).any():
+        raise ValueError("practice prompts (kind LOOKUP, SOLO) have text contexts only")
     gap = np.where(noisy & ~pictured, spec.noise_tokens, 0)
 
     picture = np.full((B, P), -1, dtype=np.int64)  # image per slot (per_object) or per prompt (column 0, canvas)
@@ -234,7 +260,9 @@ def assemble(n, colors, shapes, items, order, query_slot, kind, query_by, gap, m
     valid = np.arange(P)[None, :] < n[:, None]
     K = bank.tokens_per_image if bank is not None else 0
     pictured_ctx = K if bank is not None and bank.layout == "canvas" else K * n  # one canvas, or an image per object
-    ctx = np.where(pictured, pictured_ctx, 2 * n)
+    solo = kind_ == SOLO
+    shown = np.where(solo, 1, n)  # objects the context shows
+    ctx = np.where(pictured, pictured_ctx, 2 * shown)
 
     listed = kind_ != GROUNDING  # prompts with an association list
     length = np.where(listed, ctx + 3 * n + 3, ctx + 4)
@@ -249,9 +277,10 @@ def assemble(n, colors, shapes, items, order, query_slot, kind, query_by, gap, m
     def put(r, t, tok, role, slot=-1):
         tokens[r, t], roles[r, t], slots[r, t] = tok, role, slot
 
-    r, p = np.nonzero(valid & ~pictured[:, None])
-    put(r, 2 * p, colors[r, p], Role.CONTEXT_COLOR, p)
-    put(r, 2 * p + 1, shapes[r, p], Role.CONTEXT_SHAPE, p)
+    r, p = np.nonzero(valid & ~pictured[:, None] & (~solo[:, None] | (np.arange(P)[None, :] == q[:, None])))
+    t = np.where(solo[r], 0, 2 * p)
+    put(r, t, colors[r, p], Role.CONTEXT_COLOR, p)
+    put(r, t + 1, shapes[r, p], Role.CONTEXT_SHAPE, p)
     if pictured.any():
         r, t = np.nonzero(pictured[:, None] & (np.arange(T)[None, :] < ctx[:, None]))
         if bank.layout == "canvas":
@@ -281,7 +310,7 @@ def assemble(n, colors, shapes, items, order, query_slot, kind, query_by, gap, m
     target = target[:, 0]
 
     t = np.arange(T)[None, :]
-    positions = t + gap[:, None] * np.minimum(t // 2, n[:, None] - 1)
+    positions = t + gap[:, None] * np.minimum(t // 2, shown[:, None] - 1)
     batch = Batch(tokens, positions, roles, slots, answer_pos, target, n, colors, shapes, items, order,
                   q, kind_, by, gap, modality, image_ids, patches)
     return batch
@@ -294,7 +323,8 @@ def _query_target(colors, shapes, items, kind, query_by, slots) -> tuple[np.ndar
     by_color, kind = (query_by == BY_COLOR)[:, None], kind[:, None]
     attribute = np.where(by_color, at(colors), at(shapes))  # the queried object's attribute
     linked = np.where(by_color, at(shapes), at(colors))  # its other one: the association key
-    return attribute, np.where(kind == GROUNDING, linked, at(items))
+    query = np.where(kind == LOOKUP, linked, attribute)
+    return query, np.where(kind == GROUNDING, linked, at(items))
 
 
 def pack_queries(batch: Batch, vocab: Vocab = VOCAB) -> Batch:
@@ -303,13 +333,15 @@ def pack_queries(batch: Batch, vocab: Vocab = VOCAB) -> Batch:
     The shared prefix (everything before [QUESTION]) is followed by n query groups `[QUESTION] q_p [ANSWER]`,
     p = 0..n-1, each at the RoPE positions of the prompt's single query group. `groups` marks each position's
     query group; the model lets a group attend to the prefix and to itself only (Transformer.residual), so
-    group p is exactly the prompt that queries slot p. answer_pos, target and query_slot become (B, Q), Q = the
-    largest n, -1 where a prompt has fewer objects.
+    group p is exactly the prompt that queries slot p. A solo-context prompt has one group, its own query (the
+    context shows no other object). answer_pos, target and query_slot become (B, Q), Q = the largest number of
+    groups, -1 where a prompt has fewer.
     """
     if batch.groups is not None:
         raise ValueError("pack_queries: the batch is packed already")
     B, T = batch.tokens.shape
-    n = batch.n_objects
+    solo = batch.kind == SOLO
+    n = np.where(solo, 1, batch.n_objects)  # query groups per prompt
     prefix = batch.answer_pos - 2  # length of the shared prefix; the single query group follows it
     Q, Tp = int(n.max()), int((prefix + 3 * n).max())
     t = np.arange(Tp)[None, :]
@@ -323,18 +355,18 @@ def pack_queries(batch: Batch, vocab: Vocab = VOCAB) -> Batch:
     image_ids, patches, positions = copy(batch.image_ids, -1), copy(batch.patches, -1), copy(batch.positions, 0)
     groups = np.full((B, Tp), -1, dtype=np.int8)
 
-    p = np.broadcast_to(np.arange(Q), (B, Q))
-    has = p < n[:, None]
-    query, target = _query_target(batch.colors, batch.shapes, batch.items, batch.kind, batch.query_by,
-                                  np.where(has, p, 0))
+    has = np.arange(Q)[None, :] < n[:, None]
+    p = np.where(solo[:, None], batch.query_slot[:, None], np.arange(Q)[None, :])  # slot each group queries
+    p = np.where(has, p, 0)
+    query, target = _query_target(batch.colors, batch.shapes, batch.items, batch.kind, batch.query_by, p)
     r, j = np.nonzero(has)
     start = prefix[r] + 3 * j
     for k, (tok, role) in enumerate([(vocab.question, Role.QUESTION), (query[r, j], Role.QUERY),
                                      (vocab.answer, Role.ANSWER)]):
         tokens[r, start + k], roles[r, start + k], groups[r, start + k] = tok, role, j
         positions[r, start + k] = batch.positions[r, prefix[r] + k]
-    slots[r, start + 1] = j
-    answer_pos = np.where(has, prefix[:, None] + 3 * p + 2, -1)
+    slots[r, start + 1] = p[r, j]
+    answer_pos = np.where(has, prefix[:, None] + 3 * np.arange(Q)[None, :] + 2, -1)
     return replace(batch, tokens=tokens, positions=positions, roles=roles, slots=slots, image_ids=image_ids,
                    patches=patches, answer_pos=answer_pos, target=np.where(has, target, -1),
                    query_slot=np.where(has, p, -1), groups=groups)

@@ -70,6 +70,8 @@ class TrainConfig:
     target_accuracy: float | None = None  # None: train until plateau or max_steps
     patience: int = 10
     min_delta: float = 0.001
+    plateau_above_chance: float = 0.0  # > 0 (not in the paper): the plateau rule waits until the best validation
+    # exceeds chance by this much, so a stage never stops in the chance phase that precedes learning; 0: it never waits
     max_steps: int = 200_000
     checkpoint_every: int = 2000  # rounded up to a multiple of eval_every
     precision: str = "fp32"  # "fp32" or "bf16" (autocast)
@@ -88,6 +90,8 @@ class TrainConfig:
             raise ValueError(f"TrainConfig.queries={self.queries!r}; valid: 'one', 'all'")
         if self.keep not in ("best", "last"):
             raise ValueError(f"TrainConfig.keep={self.keep!r}; valid: 'best', 'last'")
+        if not 0 <= self.plateau_above_chance < 1:
+            raise ValueError(f"TrainConfig.plateau_above_chance={self.plateau_above_chance} must lie in [0, 1)")
         if self.binding_loss < 0:
             raise ValueError(f"TrainConfig.binding_loss={self.binding_loss} must be >= 0")
         if not 0 < self.val_images < 1:
@@ -158,10 +162,10 @@ def training_loss(model: Transformer, batch: Batch, cfg: TrainConfig, device, ba
 
 
 def validation_set(spec: StageSpec, cfg: TrainConfig, chunk: int = 256, bank: ImageBank | None = None) -> list[Batch]:
-    """A fixed validation set of single-query prompts, drawn from its own RNG stream so it never overlaps the
-    training stream's state."""
+    """A fixed validation set of single-query prompts without practice prompts (the stage's own task), drawn from
+    its own RNG stream so it never overlaps the training stream's state."""
     rng = np.random.default_rng([cfg.seed, 0xA11D])
-    return [generate(spec, s, rng, bank=bank) for s in batch_sizes(cfg.val_size, chunk)]
+    return [generate(spec.without_practice(), s, rng, bank=bank) for s in batch_sizes(cfg.val_size, chunk)]
 
 
 def chance(batches: list[Batch]) -> float:
@@ -235,7 +239,7 @@ def fingerprint(*parts) -> str:
 def train_stage(model: Transformer, spec: StageSpec, cfg: TrainConfig, out_dir: Path, *, stage: str,
                 device="cpu", parent: str | None = None, bank: ImageBank | None = None,
                 start: tuple[StageSpec, int] | None = None, callback: Callable[[int], None] | None = None,
-                ahead: int = 0) -> dict:
+                ahead: int = 0, optimizer: torch.optim.Optimizer | None = None) -> dict:
     """Train `model` in place on prompts from `spec` (image contexts read from `bank`); write the stage's
     model directory; return its meta. `start` = (spec, steps), not in the paper: the first `steps` training
     batches come from that spec instead (validation always from `spec`). `ahead` batches are drawn ahead by
@@ -246,10 +250,12 @@ def train_stage(model: Transformer, spec: StageSpec, cfg: TrainConfig, out_dir: 
     there and are read at each validation.
 
     `callback(step)` runs after every optimizer step (tests use it to simulate a kill or inject a NaN).
+    `optimizer` (not in the paper; default a fresh AdamW, make_optimizer): one over `model`'s parameters whose state
+    carries over from the parent stage; its learning rate follows `cfg` (warm-up included) from this stage's step 1.
     """
     out_dir = Path(out_dir)
     model.to(device).train()
-    opt = make_optimizer(model, cfg)
+    opt = make_optimizer(model, cfg) if optimizer is None else optimizer
     rng = np.random.default_rng([cfg.seed, int(fingerprint(stage), 16) % (2**32)])
     # max_steps only says when to stop, never what a step does: raising a cap keeps a killed run's progress
     start_spec, start_steps = start if start is not None else (spec, 0)
@@ -270,6 +276,7 @@ def train_stage(model: Transformer, spec: StageSpec, cfg: TrainConfig, out_dir: 
     if bank is not None:  # validation shows renderings that training never does
         bank, val_bank = bank.split(cfg.val_images)
     val = validation_set(spec, cfg, bank=val_bank)
+    val_chance = chance(val)
 
     def draw(done: int) -> Batch:
         batch = generate(start_spec if done < start_steps else spec, cfg.batch_size, rng, bank=bank)
@@ -316,7 +323,8 @@ def train_stage(model: Transformer, spec: StageSpec, cfg: TrainConfig, out_dir: 
             if cfg.target_accuracy is not None and acc >= cfg.target_accuracy:
                 reason = "target_accuracy"
                 break
-            if (step - best_step) >= cfg.patience * cfg.eval_every:
+            learning = not cfg.plateau_above_chance or best_acc >= val_chance + cfg.plateau_above_chance
+            if (step - best_step) >= cfg.patience * cfg.eval_every and learning:
                 reason = "plateau"
                 break
             if step % ckpt_every == 0:
@@ -338,7 +346,7 @@ def train_stage(model: Transformer, spec: StageSpec, cfg: TrainConfig, out_dir: 
             "start": None if start is None else {"stage_spec": start_spec.to_dict(), "steps": start_steps},
             "model_config": model.cfg.to_dict(), "steps": step, "best_step": best_step,
             "best_val_accuracy": best_acc, "kept_step": kept["step"], "kept_val_accuracy": kept["val_accuracy"],
-            "stopped_because": reason, "val_chance": chance(val),
+            "stopped_because": reason, "val_chance": val_chance,
             "resumed": resumed is not None,
             "wall_seconds": wall_before + time.time() - t0, "vlbind_version": __version__}
     save_model(out_dir, model, meta, pd.DataFrame(history))
