@@ -11,7 +11,9 @@ overrides after a colon, e.g. `one:lr=3e-4,warmup_steps=500`. Every stage stops 
 or the plateau rule: `train.patience` validations without a gain), at `--cap` steps at the latest, or at
 `--target` when given; the next stage starts from its kept weights, as in the DAG. With `--out`, each run's
 validation log (every `train.eval_every` steps) and a CSV of stage rows stay there, written as they happen, so a
-run stopped from outside keeps what it had. On a CPU each process has one thread: give each its own core.
+run stopped from outside keeps what it had, and each stage's directory holds its weights and its optimizer's
+last state (optimizer.safetensors: bench_text_s4.py --carry-optimizer continues it). On a CPU each process has one
+thread: give each its own core.
 """
 
 from __future__ import annotations
@@ -27,9 +29,12 @@ import torch
 import yaml
 
 from vlbind import config as vlconfig
+from vlbind.checkpoint import optimizer_tensors, save_tensors
 from vlbind.model import ModelConfig, Transformer
 from vlbind.tasks import StageSpec
-from vlbind.train import TrainConfig, train_stage
+from vlbind.train import TrainConfig, make_optimizer, train_stage
+
+OPTIMIZER_FILE = "optimizer.safetensors"
 
 ROOT = Path(__file__).resolve().parents[1]
 FIELDS = ["arm", "seed", "stage", "steps", "stopped", "best", "best_step", "chance", "wall_s", "steps_per_s"]
@@ -66,9 +71,12 @@ def run(arm: str, seed: int, paper: bool, stages: list[str], cap: int, target: f
         params["train"]["max_steps"] = min(cap, params["train"]["max_steps"])
         if target is not None:
             params["train"]["target_accuracy"] = target
-        meta = train_stage(model, StageSpec.from_dict(params["task"]),
-                           TrainConfig.from_section(params["train"], seed, device), out / name / stage, stage=stage,
-                           device=device)
+        cfg = TrainConfig.from_section(params["train"], seed, device)
+        opt = make_optimizer(model.to(device), cfg)  # what train_stage makes; kept to save its last state
+        meta = train_stage(model, StageSpec.from_dict(params["task"]), cfg, out / name / stage, stage=stage,
+                           device=device, optimizer=opt)
+        tensors, groups = optimizer_tensors(opt)
+        save_tensors(out / name / stage / OPTIMIZER_FILE, tensors, {"param_groups": groups})
         rows.append({"arm": arm, "seed": seed, "stage": stage, "steps": meta["steps"],
                      "stopped": meta["stopped_because"], "best": round(meta["best_val_accuracy"], 4),
                      "best_step": meta["best_step"], "chance": round(meta["val_chance"], 4),
