@@ -56,11 +56,40 @@ def test_gains_of_at_most_min_gain_fail():
     assert t.loc["noise_helps_text", "verdict"] == "fails"
 
 
-def test_runs_left_out_of_means_are_left_out_of_pairs_and_counted():
-    t = verdicts(runs("text_only", [0.05, 0.06, 0.07]) + runs("image_text", [0.0, 0.3, 0.3], image=True,
+def test_a_comparison_counts_runs_left_out_of_means_as_they_scored_and_flags_them():
+    """An image run that did not converge (seed 0: 0.0 OOD) is the arm's outcome: its pair counts against."""
+    t = verdicts(runs("text_only", [0.05, 0.06, 0.07]) + runs("image_text", [0.0, 0.5, 0.5], image=True,
                                                                converged=False))
     row = t.loc["image_beats_text"]
-    assert row["n"] == 2 and row["verdict"] == "holds" and "1 run(s) left out" in row["per_run"]
+    assert row["n"] == 3 and row["verdict"] == "mixed"
+    assert "seed0-enc: 0.0 - 5.0 = -5.0 (seed0-enc diverged or not converged, counted as scored)" in row["per_run"]
+    assert row["diff"] == pytest.approx(np.mean([-0.05, 0.44, 0.43]))
+    assert row["p_sign"] == pytest.approx(0.5)  # 2 of 3 for: P(X >= 2) = 4 / 8
+
+
+def test_a_comparison_that_holds_far_below_the_papers_size_is_smaller():
+    """noise_text > text_only: the paper's +20.3 points; +3, +4, +5 here hold in direction only."""
+    t = verdicts(runs("text_only", [0.05, 0.06, 0.07]) + runs("noise_text", [0.08, 0.10, 0.12]))
+    row = t.loc["noise_helps_text"]
+    assert row["verdict"] == "smaller" and row["paper_diff"] == pytest.approx(0.575 - 0.372)
+    assert row["n"] == 3 and row["p_sign"] == pytest.approx(1 / 8)
+    t = verdicts(runs("text_only", [0.05, 0.06, 0.07]) + runs("noise_text", [0.17, 0.18, 0.19]))  # +12: over half
+    assert t.loc["noise_helps_text", "verdict"] == "holds"
+    t = verdicts(runs("text_only", [0.05] * 4) + runs("text_bind", [0.08] * 4))  # no paper value: never smaller
+    row = t.loc["bind_loss_helps_text"]
+    assert row["verdict"] == "holds" and np.isnan(row["paper_diff"]) and row["p_sign"] == pytest.approx(1 / 16)
+
+
+def test_runs_without_a_visible_mechanism_are_neither_for_nor_against_a_label_claim():
+    evals = runs("image_text", [0.4, 0.4, 0.4], image=True) + runs("noise_image_text", [0.6] * 3, image=True)
+    labels = {"image_text": ["none", "Symbolic-A", "Symbolic-A"],
+              "noise_image_text": ["unresolved", "Symbolic-B", "Symbolic-A"]}
+    row = verdicts(evals, labels).loc["images_symbolic"]
+    assert (row["verdict"], row["n"], row["n_apart"]) == ("holds", 4, 2)
+    assert row["p_sign"] == pytest.approx(1 / 16)
+    labels["image_text"][1] = "Positional"
+    row = verdicts(evals, labels).loc["images_symbolic"]
+    assert (row["verdict"], row["n"], row["p_sign"]) == ("mixed", 4, pytest.approx(5 / 16))
 
 
 def test_label_claims_and_the_text_arm_failing_beyond_training():
@@ -70,12 +99,14 @@ def test_label_claims_and_the_text_arm_failing_beyond_training():
               "image_text": ["Symbolic-A", "none"], "noise_image_text": ["Symbolic-A", "Symbolic-B"]}
     t = verdicts(evals, labels)
     assert t.loc["text_positional", "verdict"] == "holds"
-    assert t.loc["images_symbolic", "verdict"] == "mixed"  # image_text seed1: none
+    assert t.loc["images_symbolic", "verdict"] == "holds"  # image_text seed1 "none": counted apart
+    assert t.loc["images_symbolic", "n_apart"] == 1
     assert t.loc["text_fails_ood", "verdict"] == "holds"
     t = verdicts(runs("text_only", [OOD_CHANCE + FAILS_WITHIN + 0.01] * 2)
                  + runs("noise_text", [OOD_CHANCE + 0.2] * 2), {"text_only": ["Symbolic-A"] * 2,
                                                                   "noise_text": ["unresolved"] * 2})
     assert t.loc["text_positional", "verdict"] == "fails" and t.loc["text_fails_ood", "verdict"] == "fails"
+    assert (t.loc["text_positional", "n"], t.loc["text_positional", "n_apart"]) == (2, 2)  # unresolved: apart
 
 
 def test_a_claim_without_labelled_runs_is_untested_and_absent_variants_give_no_row():

@@ -3,20 +3,29 @@ rests on, per seed, and a verdict from a rule stated in the row. README's and do
 none may say more than its row. No torch.
 
 Numbers come from the evaluation tables of one prompt order (the first evaluated: the one convergence is judged
-on) and from circuits.csv. Runs left out of means (diverged, not converged) are left out here too and counted.
-OOD accuracy is given raw and above chance (chance over the OOD lengths: the mean of 1/n); a paired difference
-is the same either way. Pairs are by seed: an image run seed{S}-{encoder} pairs with the text run seed{S}.
+on) and from circuits.csv. OOD accuracy is given raw and above chance (chance over the OOD lengths: the mean of
+1/n); a paired difference is the same either way. Pairs are by seed: an image run seed{S}-{encoder} pairs with the
+text run seed{S}. A comparison counts every run as what it scored, those left out of means (diverged: a stage
+stalled at chance; not converged) too: such a run is its arm's outcome, flagged in the row, never dropped. The other
+rows leave such runs out and count them.
 
-Verdicts: "holds" / "fails" / "mixed" (some runs or pairs each way) / "untested" (no run to read).
+Verdicts: "holds" / "fails" / "mixed" (some runs or pairs each way) / "untested" (no run to read), and "smaller".
 - a label claim holds when every labelled run of its variants carries one of the claimed circuits (interp.circuits)
-  and fails when none does;
-- a comparison A > B holds when every pair's OOD difference exceeds MIN_GAIN and fails when none does;
+  and fails when none does; a run labelled "none" or "unresolved" (no mechanism visible) is neither for nor
+  against: it is counted apart (`n_apart`);
+- a comparison A > B holds when every pair's OOD difference exceeds MIN_GAIN and fails when none does; it is
+  "smaller" when every pair exceeds MIN_GAIN but the mean difference is under half the paper's (`paper_diff`): the
+  direction holds, the size does not reproduce;
 - "fails beyond the training range" holds when every run's OOD accuracy lies within FAILS_WITHIN of chance;
 - "learns shuffled lists" holds when every run's in-distribution accuracy on shuffled lists lies at least
   LEARNT above chance.
+Every row gives n (runs or pairs read) and `p_sign`, a one-sided sign test: the chance of at least as many of the n
+for the claim if each run or pair were a fair coin (3 of 3: 0.125; 4 of 4: 0.0625).
 """
 
 from __future__ import annotations
+
+from math import comb
 
 import numpy as np
 import pandas as pd
@@ -27,6 +36,7 @@ MIN_GAIN = 0.02  # an OOD difference of 2 points or less counts as no gain
 FAILS_WITHIN = 0.05  # OOD within 5 points of chance: the run fails beyond the training range
 LEARNT = 0.5  # in-distribution accuracy at least 0.5 above chance: the run has learnt the task
 SYMBOLIC = ("Symbolic-A", "Symbolic-B")
+NO_MECHANISM = ("none", "unresolved")  # circuits.csv labels that show no mechanism: neither for nor against
 
 
 def per_run(evals: pd.DataFrame, order: str) -> pd.DataFrame:
@@ -56,38 +66,56 @@ def _verdict(ok: list[bool]) -> str:
     return "holds" if all(ok) else "fails" if not any(ok) else "mixed"
 
 
+def sign_p(ok: list[bool]) -> float:
+    """One-sided sign test: P(at least sum(ok) of len(ok) fair coin flips come up 'for'); nan for no trials."""
+    n, k = len(ok), int(sum(ok))
+    return sum(comb(n, i) for i in range(k, n + 1)) / 2**n if n else float("nan")
+
+
 def _left_out(runs: pd.DataFrame) -> str:
     n = int((~runs["used"]).sum())
     return f"; {n} run(s) left out (diverged or not converged)" if n else ""
 
 
-def compare(runs: pd.DataFrame, a: str, b: str, claim: str, statement: str) -> dict:
-    """The claim "A > B out of distribution", paired by seed."""
+def compare(runs: pd.DataFrame, a: str, b: str, claim: str, statement: str, paper_diff: float | None = None) -> dict:
+    """The claim "A > B out of distribution", paired by seed; every run counted as it scored (module doc).
+    `paper_diff`: the paper's difference (a fraction), where it gives one."""
     ra, rb = runs[runs["variant"] == a], runs[runs["variant"] == b]
     pairs = ra.merge(rb, on="seed", suffixes=("_a", "_b"))
-    pairs = pairs[pairs["used_a"] & pairs["used_b"]]
     diff = pairs["ood_a"] - pairs["ood_b"]
+
+    def flag(r):
+        out = [run for run, used in ((r.run_a, r.used_a), (r.run_b, r.used_b)) if not used]
+        return f" ({', '.join(out)} diverged or not converged, counted as scored)" if out else ""
+
     per = "; ".join(f"{r.run_a}: {100 * r.ood_a:.1f} - {100 * r.ood_b:.1f} = {100 * (r.ood_a - r.ood_b):+.1f}"
-                    for r in pairs.itertuples())
+                    f"{flag(r)}" for r in pairs.itertuples())
     mean, se = _mean_se(diff)
+    ok = [d > MIN_GAIN for d in diff]
+    verdict = _verdict(ok)
+    smaller = paper_diff is not None and verdict == "holds" and mean < paper_diff / 2
+    paper = f"; smaller if it holds with a mean under half the paper's {100 * paper_diff:+.1f}" if paper_diff else ""
     return {"claim": claim, "statement": statement, "a": a, "b": b, "n": len(pairs),
             "a_ood": pairs["ood_a"].mean(), "b_ood": pairs["ood_b"].mean(),
             "a_above_chance": (pairs["ood_a"] - pairs["ood_chance_a"]).mean(),
             "b_above_chance": (pairs["ood_b"] - pairs["ood_chance_b"]).mean(),
-            "diff": mean, "diff_se": se, "per_run": per + _left_out(pd.concat([ra, rb])),
-            "verdict": _verdict([d > MIN_GAIN for d in diff]),
-            "rule": f"holds if A - B > {100 * MIN_GAIN:g} points OOD on every pair, fails if on none"}
+            "diff": mean, "diff_se": se, "paper_diff": paper_diff, "p_sign": sign_p(ok), "per_run": per,
+            "verdict": "smaller" if smaller else verdict,
+            "rule": f"holds if A - B > {100 * MIN_GAIN:g} points OOD on every pair, fails if on none{paper}"}
 
 
 def labels(circuits: pd.DataFrame, variants: list[str], wanted: tuple[str, ...], claim: str, statement: str) -> dict:
-    """A label claim: every labelled run of `variants` carries one of the circuits `wanted`."""
+    """A label claim: every labelled run of `variants` carries one of the circuits `wanted`; runs that show no
+    mechanism (NO_MECHANISM) are counted apart."""
     c = circuits[circuits["variant"].isin(variants)]
     per = "; ".join(f"{r.variant} {r.run}: {r.circuit}{' (weak)' if str(getattr(r, 'weak', '')) == 'True' else ''}"
                     for r in c.itertuples())
-    hits = [circuit in wanted for circuit in c["circuit"]]
-    return {"claim": claim, "statement": statement, "a": ", ".join(variants), "b": "", "n": len(c),
-            "per_run": per, "verdict": _verdict(hits),
-            "rule": f"holds if every run is labelled {' or '.join(wanted)} (circuits.csv), fails if none is"}
+    shown = c[~c["circuit"].isin(NO_MECHANISM)]
+    hits = [circuit in wanted for circuit in shown["circuit"]]
+    return {"claim": claim, "statement": statement, "a": ", ".join(variants), "b": "", "n": len(shown),
+            "n_apart": len(c) - len(shown), "p_sign": sign_p(hits), "per_run": per, "verdict": _verdict(hits),
+            "rule": f"holds if every run is labelled {' or '.join(wanted)} (circuits.csv), fails if none is; runs "
+                    f"labelled {' or '.join(NO_MECHANISM)} are neither (n_apart)"}
 
 
 def near_chance(runs: pd.DataFrame, variants: list[str], claim: str, statement: str) -> dict:
@@ -99,7 +127,7 @@ def near_chance(runs: pd.DataFrame, variants: list[str], claim: str, statement: 
                     for x in used.itertuples())
     return {"claim": claim, "statement": statement, "a": ", ".join(variants), "b": "", "n": len(used),
             "a_ood": used["ood"].mean(), "a_above_chance": above.mean(), "per_run": per + _left_out(r),
-            "verdict": _verdict([x <= FAILS_WITHIN for x in above]),
+            "p_sign": sign_p([x <= FAILS_WITHIN for x in above]), "verdict": _verdict([x <= FAILS_WITHIN for x in above]),
             "rule": f"holds if every run's OOD accuracy is within {100 * FAILS_WITHIN:g} points of chance, fails if "
                     "none is"}
 
@@ -113,7 +141,7 @@ def learns(runs: pd.DataFrame, variant: str, order: str, claim: str, statement: 
                     f"chance)" for x in r.itertuples())
     return {"claim": claim, "statement": statement, "a": variant, "b": "", "order": order, "n": len(r),
             "a_in_distribution": r["in_distribution"].mean(), "a_above_chance": above.mean(), "per_run": per,
-            "verdict": _verdict([x >= LEARNT for x in above]),
+            "p_sign": sign_p([x >= LEARNT for x in above]), "verdict": _verdict([x >= LEARNT for x in above]),
             "rule": f"holds if every run answers {order} lists in distribution >= {100 * LEARNT:g} points above "
                     "chance, fails if none does"}
 
@@ -129,14 +157,15 @@ def combine(rows: list[dict], claim: str, statement: str, needs: dict[str, str])
             "rule": "holds if " + ", ".join(f"{c} {w}" for c, w in needs.items()) + "; fails if none of them does"}
 
 
-# "A > B out of distribution" claims (a, b, claim, statement): the paper's three, then the control arm's four
+# "A > B out of distribution" claims (a, b, claim, statement[, the paper's difference]): the paper's three (fig3),
+# then the control arm's four
 COMPARISONS = [
     ("image_text", "text_only", "image_beats_text",
-     "image_text > text_only out of distribution (paper: 69.5 vs 37.2 %)"),
+     "image_text > text_only out of distribution (paper: 69.5 vs 37.2 %)", 0.695 - 0.372),
     ("noise_text", "text_only", "noise_helps_text",
-     "noise helps the text arm: noise_text > text_only (paper: 57.5 vs 37.2 %)"),
+     "noise helps the text arm: noise_text > text_only (paper: 57.5 vs 37.2 %)", 0.575 - 0.372),
     ("noise_image_text", "noise_text", "noise_image_beats_noise_text",
-     "noise_image_text > noise_text (paper: 83.6 vs 57.5 %)"),
+     "noise_image_text > noise_text (paper: 83.6 vs 57.5 %)", 0.836 - 0.575),
     ("text_bind", "text_only", "bind_loss_helps_text", "the binding loss alone raises text OOD: text_bind > text_only"),
     ("noise_text_bind", "noise_text", "bind_loss_helps_noise_text",
      "the binding loss alone raises noise_text OOD: noise_text_bind > noise_text"),
@@ -158,9 +187,9 @@ def claims_table(evals: pd.DataFrame, circuits: pd.DataFrame) -> pd.DataFrame:
     def present(variants):
         return [v for v in variants if v in have]
 
-    def pair(a, b, claim, statement):  # a comparison needs both variants
+    def pair(a, b, claim, statement, paper_diff=None):  # a comparison needs both variants
         if {a, b} <= have:
-            rows.append(compare(runs, a, b, claim, statement))
+            rows.append(compare(runs, a, b, claim, statement, paper_diff))
 
     if text := present(["text_only", "noise_text"]):
         rows.append(labels(circuits, text, ("Positional",), "text_positional",
@@ -170,14 +199,14 @@ def claims_table(evals: pd.DataFrame, circuits: pd.DataFrame) -> pd.DataFrame:
     if images := present(["image_text", "noise_image_text"]):
         rows.append(labels(circuits, images, SYMBOLIC, "images_symbolic",
                            "image training makes the model bind symbolically"))
-    for a, b, claim, statement in COMPARISONS[:3]:
-        pair(a, b, claim, statement)
+    for comparison in COMPARISONS[:3]:
+        pair(*comparison)
     # the control arm: the text arm plus the image arm's binding loss (config.CONTROLS)
     if controls := present(["text_bind", "noise_text_bind"]):
         rows.append(labels(circuits, controls, SYMBOLIC, "bind_loss_symbolic",
                            "the binding loss alone makes the text arm bind symbolically"))
-    for a, b, claim, statement in COMPARISONS[3:]:
-        pair(a, b, claim, statement)
+    for comparison in COMPARISONS[3:]:
+        pair(*comparison)
     if "text_bind_shuffled" in have and "shuffled" in orders:
         rows.append(learns(per_run(evals, "shuffled"), "text_bind_shuffled", "shuffled",
                            "bind_loss_learns_shuffled", "with the binding loss, text training on shuffled lists "
@@ -186,6 +215,7 @@ def claims_table(evals: pd.DataFrame, circuits: pd.DataFrame) -> pd.DataFrame:
         rows.append(combine(rows, "bind_loss_does_what_images_do", "the binding loss alone does what images do",
                             {"bind_loss_symbolic": "holds", "bind_loss_helps_text": "holds",
                              "images_beyond_bind_loss": "fails"}))
-    columns = ["claim", "statement", "order", "a", "b", "n", "a_in_distribution", "a_ood", "b_ood", "a_above_chance",
-               "b_above_chance", "diff", "diff_se", "per_run", "verdict", "rule"]
+    columns = ["claim", "statement", "order", "a", "b", "n", "n_apart", "a_in_distribution", "a_ood", "b_ood",
+               "a_above_chance", "b_above_chance", "diff", "diff_se", "paper_diff", "p_sign", "per_run", "verdict",
+               "rule"]
     return pd.DataFrame([{"order": order, **r} for r in rows]).reindex(columns=columns)
