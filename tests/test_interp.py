@@ -11,11 +11,12 @@ from vlbind.interp.circuits import circuit_label, effect
 from vlbind.interp.interchange import (
     LABELS,
     MECHANISMS,
-    answer_residuals,
+    POSITIONS,
     item_argmax,
     label_predictions,
     make_pairs,
     patched_answer_logits,
+    query_answer_residuals,
     sweep,
 )
 from vlbind.interp.knockout import MATCHING, accuracy_with_knockout, edge_mask, knockout_table
@@ -79,11 +80,13 @@ def test_no_patch_run_equals_the_plain_forward_bit_for_bit(model):
         with model.hooks(hooks):
             hooked = model(tokens, positions)
     assert torch.equal(plain, hooked)
-    # patching each layer's own [ANSWER] residual back in leaves every answer where it was: all no_effect
+    # patching each layer's own residuals back in leaves every answer where it was: all no_effect
     layers = [0, 1, 2, 3]
-    own = answer_residuals(model, pairs.original, layers)
-    patched = item_argmax(patched_answer_logits(model, pairs.original, layers, own), pairs.original)
-    assert (patched == item_argmax(model.logits(own[-1]), pairs.original)[None]).all()
+    own = query_answer_residuals(model, pairs.original, layers)
+    for position in POSITIONS:
+        patched = item_argmax(patched_answer_logits(model, pairs.original, layers, own, position=position),
+                              pairs.original)
+        assert (patched == item_argmax(model.logits(own[-1][:, 1]), pairs.original)[None]).all()
 
 
 def test_patching_the_whole_stream_entering_block0_reproduces_the_counterfactual(model):
@@ -103,31 +106,36 @@ def test_patching_the_answer_stream_after_the_last_block_reproduces_the_counterf
     pairs = make_pairs(16, np.random.default_rng(4))
     o, cf = pairs.original, pairs.counterfactual
     last = [model.cfg.n_layers]
-    patched = patched_answer_logits(model, o, last, answer_residuals(model, cf, last))[0]
+    patched = patched_answer_logits(model, o, last, query_answer_residuals(model, cf, last))[0]
     tok_c, pos_c, _ = model_inputs(cf, "cpu")
     with torch.no_grad():
         expected = model(tok_c, pos_c)[torch.arange(len(cf)), torch.as_tensor(cf.answer_pos)]
     torch.testing.assert_close(patched, expected, rtol=1e-5, atol=1e-5)
 
 
-def naive_patched_answer_logits(model, batch, layer, value):
-    """One full forward pass per layer with a hook overwriting the [ANSWER] residual: the plain method."""
+def naive_patched_answer_logits(model, batch, layer, value, position):
+    """One full forward pass per layer with a hook overwriting the residual at the query token (value[:, 0]),
+    at [ANSWER] (value[:, 1]) or both: the plain method."""
     n = model.cfg.n_layers
     name = f"blocks.{layer}.hook_resid_pre" if layer < n else f"blocks.{n - 1}.hook_resid_post"
     tokens, positions, _ = model_inputs(batch, "cpu")
     rows, ans = torch.arange(len(batch)), torch.as_tensor(batch.answer_pos)
-    with torch.no_grad(), model.hooks([(name, patch_hook(rows, ans, value))]):
+    which = {"answer": [1], "query": [0], "both": [0, 1]}[position]
+    at = torch.cat([ans - 1 + k for k in which])
+    hook = patch_hook(rows.repeat(len(which)), at, torch.cat([value[:, k] for k in which]))
+    with torch.no_grad(), model.hooks([(name, hook)]):
         return model(tokens, positions)[rows, ans]
 
 
-def test_cached_all_layer_patching_equals_full_forward_patching_layer_by_layer(model):
+@pytest.mark.parametrize("position", ["answer", "query", "both"])
+def test_cached_all_layer_patching_equals_full_forward_patching_layer_by_layer(model, position):
     pairs = make_pairs(24, np.random.default_rng(5))
     layers = list(range(model.cfg.n_layers + 1))
-    values = answer_residuals(model, pairs.counterfactual, layers)
-    fast = patched_answer_logits(model, pairs.original, layers, values)
+    values = query_answer_residuals(model, pairs.counterfactual, layers)
+    fast = patched_answer_logits(model, pairs.original, layers, values, position=position)
     for i, layer in enumerate(layers):
-        torch.testing.assert_close(fast[i], naive_patched_answer_logits(model, pairs.original, layer, values[i]),
-                                   rtol=1e-5, atol=1e-5)
+        naive = naive_patched_answer_logits(model, pairs.original, layer, values[i], position)
+        torch.testing.assert_close(fast[i], naive, rtol=1e-5, atol=1e-5)
 
 
 def test_kv_cache_extension_equals_the_full_forward(model):
@@ -152,8 +160,9 @@ def test_sweep_counts_pairs_and_shares_sum_to_one_per_layer(model):
     table, info = sweep(model, 256, seed=0)  # the random model solves few pairs: 256 keep at least one
     assert info["generated"] == 256 and info["kept"] + info["dropped"] == 256 and info["kept"] > 0
     assert set(table["label"]) == set(LABELS) and table["layer"].nunique() == model.cfg.n_layers + 1
-    np.testing.assert_allclose(table.groupby("layer")["fraction"].sum(), 1.0)
-    assert (table.groupby("layer")["count"].sum() == info["kept"]).all()
+    assert list(table["position"].unique()) == list(POSITIONS)
+    np.testing.assert_allclose(table.groupby(["position", "layer"])["fraction"].sum(), 1.0)
+    assert (table.groupby(["position", "layer"])["count"].sum() == info["kept"]).all()
 
 
 def test_first_spike_and_circuit_labels():
@@ -177,6 +186,29 @@ def test_first_spike_and_circuit_labels():
                                                                                       "positional")
     empty = table([{}])
     assert first_spike(effect(empty), 0.5) is None  # no pair kept: no spike, not a spike at layer 0
+
+
+def test_a_run_that_computes_its_answer_at_the_query_token_is_labelled_from_there():
+    """[ANSWER] shows no effect before the read-out (it copies the answer in its last block): the rule reads the
+    query token's patches, leaving out layer 0 there (it swaps the query token itself), then both."""
+    def rows(position, shares_by_layer):
+        return [{"position": position, "layer": layer, "label": k, "fraction": shares.get(k, 0.0),
+                 "count": int(100 * shares.get(k, 0.0))} for layer, shares in enumerate(shares_by_layer)
+                for k in LABELS]
+    probes = pd.DataFrame({"role": ["context shape"], "attribute": ["color"], "layer": [1], "accuracy": [0.1],
+                           "chance": [0.05]})
+    none, readout, swap = {"no_effect": 1.0}, {"reflexive": 1.0}, {"color_key": 1.0}
+    answer = rows("answer", [none, none, none, readout])
+    query = rows("query", [swap, {"positional": 0.8, "no_effect": 0.2}, {"positional": 0.9}, none])
+    label = circuit_label(pd.DataFrame(answer + query), probes)
+    assert (label["circuit"], label["label_position"], label["spike_layer"]) == ("Positional", "query", 1)
+    assert circuit_label(pd.DataFrame(answer), probes)["circuit"] == "none"  # [ANSWER] alone: nothing to read
+    both = rows("both", [swap, none, {"shape_key": 0.7, "reflexive": 0.3}, readout])
+    label = circuit_label(pd.DataFrame(answer + rows("query", [swap, none, none, none]) + both), probes)
+    assert (label["circuit"], label["label_position"], label["spike_layer"]) == ("Symbolic-B", "both", 2)
+    at_answer = rows("answer", [none, {"positional": 0.6, "no_effect": 0.4}, readout, readout])
+    label = circuit_label(pd.DataFrame(at_answer + query), probes)  # [ANSWER] first: the paper's reading
+    assert (label["label_position"], label["spike_layer"]) == ("answer", 1)
 
 
 def test_the_readout_layer_never_decides_a_label():

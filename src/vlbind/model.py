@@ -281,21 +281,23 @@ class Transformer(nn.Module):
         return out[:, 0] if at.dim() == 1 else out
 
     def extend(self, x: torch.Tensor, positions: torch.Tensor, keys: list, values: list, valid: torch.Tensor,
-               independent: bool = False, start: torch.Tensor | None = None,
+               stream: int | None = None, start: torch.Tensor | None = None,
                inject: torch.Tensor | None = None) -> torch.Tensor:
         """Run new positions through the blocks against cached keys/values of earlier ones (a KV cache).
 
         x (B, S, d): the residual stream of S new positions entering block 0; positions (B, S) their RoPE
         ids; keys[l] / values[l] (B, H, T_past, Dh): block l's cached keys and values of earlier positions
         (e.g. from the hook_k / hook_v points), valid (B, T_past) which of them may be attended. The new
-        positions attend causally to each other, or, with `independent`, each only to itself: S parallel
-        continuations of the same prefix. Stream s is replaced by inject[:, s] when it enters block
-        start[s] (start == n_layers: after the last block); this is how an interchange intervention patches
-        every layer in one pass. Returns the residual stream after the last block; hook points run as usual.
+        positions attend causally to each other, or, with `stream` = k, within consecutive groups of k only:
+        S / k parallel continuations of the same prefix, k positions each. New position s is replaced by
+        inject[:, s] when it enters block start[s] (start == n_layers: after the last block; beyond: never);
+        this is how an interchange intervention patches every layer in one pass. Returns the residual stream after the last block; hook points run as usual.
         """
         S = x.shape[1]
-        new_mask = torch.ones(S, S, dtype=torch.bool, device=x.device)
-        new_mask = new_mask.diag().diag_embed() if independent else new_mask.tril()
+        new_mask = torch.ones(S, S, dtype=torch.bool, device=x.device).tril()
+        if stream is not None:
+            group = torch.arange(S, device=x.device) // stream
+            new_mask &= group[:, None] == group[None, :]
         cis = self.rope_cis[positions][:, :, None, None]
 
         def patch(x, layer):

@@ -4,6 +4,12 @@
 The interchange table's last layer is the residual stream after the last block, the read-out: patching it
 hands the original run the counterfactual's finished answer, so it reads reflexive by construction and says
 nothing about how the answer was bound. The rule never looks at it (`readout_layer` names it in the row).
+
+The table has a row per patched position (interp.interchange.POSITIONS). The rule reads [ANSWER], the paper's
+position, first; where [ANSWER] shows no spike before the read-out (a model that computes its answer at the query
+token and copies it to [ANSWER] in its last block), it reads the query token, then both together, and
+`label_position` says which it read. A patch at the query token entering the first block swaps the query token
+itself, so at those positions the rule leaves layer 0 out as it leaves out the read-out.
 """
 
 from __future__ import annotations
@@ -38,14 +44,19 @@ class CircuitRule:
     weak_lead: float = 0.2  # ... or it leads the runner-up by less than this
 
 
+READ_ORDER = ("answer", "query", "both")  # the positions the rule reads, until one shows a spike (module doc)
+
+
 def circuit_label(interchange: pd.DataFrame, probes: pd.DataFrame, rule: CircuitRule = CircuitRule()) -> dict:
     """Label one run Positional, Symbolic-A (color key) or Symbolic-B (shape key); the documented rule
     (thresholds: `rule`):
 
     1. interchange: at the first layer before the read-out (module doc) where patching changes the answer
        in >= spike_threshold of the pairs (appendix F: the first spike is the mechanism), the largest of the
-       positional, color-key, shape-key, reflexive and mixed shares (`winner`) names the circuit. No such
-       layer -> "none"; a reflexive or mixed winner -> "unresolved" (the mechanism is not visible there).
+       positional, color-key, shape-key, reflexive and mixed shares (`winner`) names the circuit. Patched at
+       [ANSWER]; where that shows no such layer, at the query token, then at both (layer 0 left out there;
+       `label_position`). No such layer at any -> "none"; a reflexive or mixed winner -> "unresolved" (the
+       mechanism is not visible there).
     2. margin: `runner_up` is the next largest of those shares; the label is `weak` when fewer than
        `weak_share` of the pairs follow the winner, or it leads the runner-up by less than `weak_lead`.
     3. probes (appendix G): the symbolic circuits bind color into the context shape token, so the best
@@ -53,12 +64,22 @@ def circuit_label(interchange: pd.DataFrame, probes: pd.DataFrame, rule: Circuit
        label is kept either way; `probes_agree` says whether the probe signature matches it.
     """
     readout = int(interchange["layer"].max())
-    spike = first_spike(effect(interchange[interchange["layer"] < readout]), rule.spike_threshold)  # absolute
+    if "position" not in interchange:  # a table of [ANSWER] patches only
+        interchange = interchange.assign(position="answer")
+    spike, position, at_spike = None, None, interchange.iloc[:0]
+    for position in READ_ORDER:
+        rows = interchange[(interchange["position"] == position) & (interchange["layer"] < readout)]
+        if position != "answer":
+            rows = rows[rows["layer"] > 0]  # layer 0 swaps the query token itself (module doc)
+        spike = first_spike(effect(rows), rule.spike_threshold) if len(rows) else None  # absolute
+        if spike is not None:
+            at_spike = rows[rows["layer"] == spike].set_index("label")["fraction"]
+            break
     binding = probes[(probes["role"] == "context shape") & (probes["attribute"] == "color")]
     margin = float((binding["accuracy"] - binding["chance"]).max()) if len(binding) else float("nan")
-    at_spike = interchange[interchange["layer"] == spike].set_index("label")["fraction"]
     shares = {k: float(at_spike.get(k, 0.0)) if spike is not None else float("nan") for k in LABELS}
-    out = {"spike_layer": spike, "readout_layer": readout, "color_at_context_shape": margin,
+    out = {"spike_layer": spike, "label_position": position if spike is not None else None,
+           "readout_layer": readout, "color_at_context_shape": margin,
            **{f"share_{k}": v for k, v in shares.items()}}
     if spike is None:
         return {**out, "circuit": "none", "winner": None, "winner_share": float("nan"), "runner_up": None,

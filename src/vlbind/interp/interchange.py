@@ -20,6 +20,11 @@ So the counterfactual is a valid prompt whose answer is item(s), and the patched
 
 and anything else is `mixed`. Predictions are the argmax over the items present in the prompt. Pairs the
 model gets wrong (original or counterfactual, unpatched) are dropped and counted.
+
+Where the residual is patched (`position`, POSITIONS): at [ANSWER] (the paper's and Gur-Arieh et al.'s last
+token), at the query token before it, or at both. A model that computes its answer at the query token and copies
+it to [ANSWER] late shows nothing at [ANSWER] before that copy ("no effect" at every layer before the read-out):
+the query position shows its mechanism. A query patch entering the first block swaps the query token only.
 Following appendix F, the first layer where patching has an effect shows the mechanism; a reflexive label
 late in the network is a readout of an answer already computed (the labelling rule: interp.circuits).
 """
@@ -42,6 +47,8 @@ LABELS = SCRATCH_LABELS  # vlbind.mechanisms: the vocabulary circuits.csv and ta
 MECHANISMS = LABELS[:-1]  # the five a patched answer can follow; anything else is "mixed"
 # Text prompts of the full vocabulary with 5..8 objects (five distinct slots); sweep() sets the list's order.
 INTERCHANGE_SPEC = StageSpec(n_colors=216, n_shapes=216, n_items=32, min_objects=5, max_objects=8, shuffle=True)
+# where the counterfactual's residual is patched in (module doc): the indices it replaces of (query token, [ANSWER])
+POSITIONS = {"answer": (1,), "query": (0,), "both": (0, 1)}
 
 
 @dataclass(frozen=True)
@@ -91,42 +98,51 @@ def label_predictions(predicted: np.ndarray, predictions: np.ndarray) -> np.ndar
     return np.where(match.any(-1), match.argmax(-1), LABELS.index("mixed"))
 
 
+def _last_two(batch: Batch, device) -> torch.Tensor:
+    """(B, 2) indices of each prompt's query token and [ANSWER], its last two positions."""
+    return torch.as_tensor(np.stack([batch.answer_pos - 1, batch.answer_pos], 1), device=device)
+
+
 @torch.no_grad()
-def answer_residuals(model: Transformer, batch: Batch, layers: list[int], device="cpu") -> torch.Tensor:
-    """(len(layers), B, d) residual stream at each prompt's [ANSWER] position entering each layer."""
-    rows = torch.arange(len(batch), device=device)
-    ans = torch.as_tensor(batch.answer_pos, device=device)
+def query_answer_residuals(model: Transformer, batch: Batch, layers: list[int], device="cpu") -> torch.Tensor:
+    """(len(layers), B, 2, d) residual stream at each prompt's query token and [ANSWER] entering each layer."""
+    rows, at = torch.arange(len(batch), device=device)[:, None], _last_two(batch, device)
     names = [resid_name(layer, model.cfg.n_layers) for layer in layers]
     _, cache = model.residual_with_cache(names, *model_inputs(batch, device)[:2])
-    return torch.stack([cache[name][rows, ans] for name in names])
+    return torch.stack([cache[name][rows, at] for name in names])
 
 
 @torch.no_grad()
 def patched_answer_logits(model: Transformer, batch: Batch, layers: list[int], values: torch.Tensor,
-                          device="cpu") -> torch.Tensor:
-    """(len(layers), B, vocab) answer logits of `batch` with the [ANSWER] residual entering layer
-    layers[i] replaced by values[i] (B, d).
+                          device="cpu", position: str = "answer") -> torch.Tensor:
+    """(len(layers), B, vocab) answer logits of `batch` with the residual at `position` (POSITIONS: [ANSWER], the
+    query token or both) entering layer layers[i] replaced by values[i] (B, 2, d: the counterfactual's at its
+    query token and [ANSWER], query_answer_residuals).
 
-    [ANSWER] is each prompt's last position and nothing attends to it, so a patch there changes no other
-    position. The clean run is therefore computed once with its keys and values cached, and only the
-    [ANSWER] position is recomputed, as len(layers) independent streams per prompt, each patched where its
-    layer begins (Transformer.extend): one pass for all layers and prompts, about 1/T of a full forward
-    per layer. Equal to patching full forward passes layer by layer (tests, benchmarks/).
+    The query token and [ANSWER] are each prompt's last two positions, so a patch there changes no earlier
+    position. The clean run is therefore computed once with its keys and values cached, and only the last two
+    positions are recomputed, as len(layers) independent streams of two per prompt, each patched where its layer
+    begins (Transformer.extend): one pass for all layers and prompts, about 2/T of a full forward per layer.
+    Equal to patching full forward passes layer by layer (tests, benchmarks/).
     """
+    if position not in POSITIONS:
+        raise ValueError(f"interchange position {position!r}; valid: {list(POSITIONS)}")
     n = model.cfg.n_layers
     tokens, positions, _ = model_inputs(batch, device)
     names = [hook_name(i, f"attn.hook_{kv}") for i in range(n) for kv in "kv"]
     _, cache = model.residual_with_cache(names, tokens, positions)
-    rows = torch.arange(len(batch), device=device)
-    ans = torch.as_tensor(batch.answer_pos, device=device)
-    valid = torch.arange(tokens.shape[1], device=device)[None, :] < ans[:, None]  # strictly earlier positions
+    rows, at = torch.arange(len(batch), device=device)[:, None], _last_two(batch, device)
+    valid = torch.arange(tokens.shape[1], device=device)[None, :] < at[:, :1]  # strictly before the query token
     L = len(layers)
-    x = model.embed(tokens[rows, ans])[:, None, :].expand(-1, L, -1)
+    x = model.embed(tokens[rows, at]).repeat(1, L, 1)  # (B, 2L, d): streams (query, [ANSWER]) per layer
+    patched = torch.zeros(2, dtype=torch.bool, device=device)
+    patched[list(POSITIONS[position])] = True
+    start = torch.where(patched.repeat(L), torch.as_tensor(layers, device=device).repeat_interleave(2), n + 1)
     keys = [cache[hook_name(i, "attn.hook_k")] for i in range(n)]
     vals = [cache[hook_name(i, "attn.hook_v")] for i in range(n)]
-    out = model.extend(x, positions[rows, ans][:, None].expand(-1, L), keys, vals, valid, independent=True,
-                       start=torch.as_tensor(layers, device=device), inject=values.transpose(0, 1))
-    return model.logits(out).transpose(0, 1)
+    out = model.extend(x, positions[rows, at].repeat(1, L), keys, vals, valid, stream=2, start=start,
+                       inject=values.transpose(0, 1).flatten(1, 2))
+    return model.logits(out[:, 1::2]).transpose(0, 1)
 
 
 def item_argmax(logits: torch.Tensor, batch: Batch) -> np.ndarray:
@@ -139,36 +155,40 @@ def item_argmax(logits: torch.Tensor, batch: Batch) -> np.ndarray:
 
 @torch.no_grad()
 def sweep(model: Transformer, n_pairs: int, seed: int, batch_size: int = 128, device="cpu",
-          layers: list[int] | None = None, order: str = PAPER_ORDER) -> tuple[pd.DataFrame, dict]:
-    """Label shares per layer: tidy rows (layer, label, fraction, count), on pairs whose association lists are
-    in `order` (tasks.ORDERS). Returns (table, info) where info counts generated, kept and dropped pairs."""
+          layers: list[int] | None = None, order: str = PAPER_ORDER,
+          positions: tuple[str, ...] = tuple(POSITIONS)) -> tuple[pd.DataFrame, dict]:
+    """Label shares per patched position and layer: tidy rows (position, layer, label, fraction, count), on pairs
+    whose association lists are in `order` (tasks.ORDERS). Returns (table, info) where info counts generated,
+    kept and dropped pairs."""
     model.eval()
     n = model.cfg.n_layers
     layers = list(range(n + 1)) if layers is None else layers
     read = sorted({*layers, n})  # the stream after the last block gives the counterfactual's own answer
     rng = np.random.default_rng([seed, 0x1C])
     spec = in_order(INTERCHANGE_SPEC, order)
-    counts = np.zeros((len(layers), len(LABELS)), dtype=np.int64)
+    counts = np.zeros((len(positions), len(layers), len(LABELS)), dtype=np.int64)
     generated = kept = 0
     while generated < n_pairs:
         pairs = make_pairs(min(batch_size, n_pairs - generated), rng, spec)
         generated += len(pairs)
         o, cf = pairs.original, pairs.counterfactual
-        cf_resid = answer_residuals(model, cf, read, device)
+        cf_resid = query_answer_residuals(model, cf, read, device)
         ok = ((item_argmax(answer_logits(model, o, device), o) == o.target)
-              & (item_argmax(model.logits(cf_resid[read.index(n)]), cf) == cf.target))
+              & (item_argmax(model.logits(cf_resid[read.index(n), :, 1]), cf) == cf.target))
         if not ok.any():
             continue
         o, preds = o.subset(ok), pairs.predictions[ok]
         kept += int(ok.sum())
         values = cf_resid[[read.index(layer) for layer in layers]][:, torch.as_tensor(ok, device=cf_resid.device)]
-        predicted = item_argmax(patched_answer_logits(model, o, layers, values, device), o)  # (L, B)
-        labels = label_predictions(predicted, preds[None])
-        for i in range(len(layers)):
-            counts[i] += np.bincount(labels[i], minlength=len(LABELS))
-    rows = [{"layer": layer, "label": label, "count": int(counts[i, j]),
-             "fraction": counts[i, j] / max(kept, 1)}
-            for i, layer in enumerate(layers) for j, label in enumerate(LABELS)]
+        for p, position in enumerate(positions):
+            predicted = item_argmax(patched_answer_logits(model, o, layers, values, device, position), o)  # (L, B)
+            labels = label_predictions(predicted, preds[None])
+            for i in range(len(layers)):
+                counts[p, i] += np.bincount(labels[i], minlength=len(LABELS))
+    rows = [{"position": position, "layer": layer, "label": label, "count": int(counts[p, i, j]),
+             "fraction": counts[p, i, j] / max(kept, 1)}
+            for p, position in enumerate(positions) for i, layer in enumerate(layers)
+            for j, label in enumerate(LABELS)]
     return pd.DataFrame(rows), {"generated": generated, "kept": kept, "dropped": generated - kept}
 
 
