@@ -20,17 +20,17 @@ import torch
 from vlbind.checkpoint import load_model
 from vlbind.interp.interchange import (
     LABELS,
-    answer_residuals,
     item_argmax,
     label_predictions,
     make_pairs,
     patched_answer_logits,
+    query_answer_residuals,
 )
 from vlbind.model import ModelConfig, Transformer
 
 
-def ours(model, pairs, layers):
-    values = answer_residuals(model, pairs.counterfactual, layers)
+def ours(model, pairs, layers):  # patched at [ANSWER], as the nnsight sweep below
+    values = query_answer_residuals(model, pairs.counterfactual, layers)
     predicted = item_argmax(patched_answer_logits(model, pairs.original, layers, values), pairs.original)
     return label_predictions(predicted, pairs.predictions[None])
 

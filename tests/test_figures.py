@@ -40,6 +40,23 @@ def test_fig4_bars_are_the_mean_label_shares_per_layer(tmp_path):
         assert bars["y"].to_numpy() == pytest.approx(df[df["label"] == k].groupby("layer")["fraction"].mean())
 
 
+def test_fig4_and_fig9_draw_each_run_at_the_position_its_label_was_read(tmp_path):
+    """seed1 was labelled at the query token: its panel draws the query patches, seed0's the [ANSWER] ones."""
+    labels = ["positional", "no_effect"]
+    df = pd.DataFrame([{"variant": "image_text", "run": r, "position": p, "layer": layer, "label": k,
+                        "fraction": RNG.uniform(), "pairs_kept": 10}
+                       for r in RUNS for p in ("answer", "query") for layer in range(3) for k in labels])
+    circuits = pd.DataFrame({"variant": ["image_text"] * 2, "run": RUNS, "circuit": ["Positional"] * 2,
+                             "label_position": [np.nan, "query"], "spike_layer": [1, 2], "weak": [False, False]})
+    for fig in (figures.fig4, figures.fig9):
+        drawn = fig(df, tmp_path / f"{fig.__name__}.pdf", circuits=circuits)
+        bars = drawn[(drawn["kind"] == "bar") & (drawn["series"] == "positional")]
+        for run, position in zip(RUNS, ("answer", "query")):
+            expected = df[(df["run"] == run) & (df["position"] == position) & (df["label"] == "positional")]
+            panel = bars[bars["title"].str.contains(run) & bars["title"].str.contains(f"patched at {position}")]
+            assert panel.sort_values("x")["y"].to_numpy() == pytest.approx(expected["fraction"].to_numpy())
+
+
 def test_fig10_cells_are_the_mean_drop_of_each_role_edge(tmp_path):
     roles = ["context shape", "association item", "query"]
     df = pd.DataFrame([{"variant": "text_only", "run": r, "kind": "role", "source": s, "target": t,

@@ -274,6 +274,9 @@ def test_matching_edges_connect_the_same_object():
         slots = b.slots.astype(int).copy()
         slots[np.arange(len(b)), b.answer_pos] = b.query_slot
         assert (slots[r, i] == slots[r, j]).all()
+    joint = edge_mask(b, "query+answer", "association item", matching=True)
+    singles = [edge_mask(b, s, "association item", matching=True) for s in ("query", "answer")]
+    assert np.array_equal(joint, singles[0] | singles[1]) and not (singles[0] & singles[1]).any()
 
 
 def test_knockout_table_reports_every_edge(model):

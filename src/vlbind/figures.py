@@ -169,22 +169,33 @@ def _shares(df: pd.DataFrame) -> pd.DataFrame:
     return df.pivot_table(index="layer", columns="label", values="fraction", aggfunc="mean").fillna(0.0)
 
 
+def _label_position(c) -> str:
+    """The position a circuits.csv row's label was read at ([ANSWER] where it read none: the paper's)."""
+    position = getattr(c, "label_position", None)
+    return position if isinstance(position, str) else "answer"
+
+
+def _at(df: pd.DataFrame, position: str) -> pd.DataFrame:
+    return df[df["position"] == position] if "position" in df else df
+
+
 @figure
 def fig4(df: pd.DataFrame, path, note: str = "", circuits: pd.DataFrame | None = None) -> pd.DataFrame:
-    """Label shares per layer, a panel per variant (mean over its runs); where a variant's runs carry different
-    circuit labels, a panel per label, so that runs that disagree are not averaged into one picture."""
-    labels = {} if circuits is None else {(r.variant, r.run): r.circuit for r in circuits.itertuples()}
+    """Label shares per layer, a panel per variant (mean over its runs), patched where the runs' labels were read
+    (circuits.csv's label_position; [ANSWER] without one); where a variant's runs carry different circuit labels
+    or were read at different positions, a panel per label and position, so that runs that disagree are not
+    averaged into one picture."""
+    labels = {} if circuits is None else {(r.variant, r.run): (r.circuit, _label_position(r))
+                                          for r in circuits.itertuples()}
     panels = []
     for v in _variants(df):
         d = df[df["variant"] == v]
-        runs = d["run"].unique()
-        by_label: dict[str, list[str]] = {}
-        for run in runs:
-            by_label.setdefault(labels.get((v, run), ""), []).append(run)
-        if len(by_label) == 1:
-            panels.append((v, d))
-        else:
-            panels += [(f"{v}: {label} ({', '.join(rs)})", d[d["run"].isin(rs)]) for label, rs in by_label.items()]
+        by_label: dict[tuple[str, str], list[str]] = {}
+        for run in d["run"].unique():
+            by_label.setdefault(labels.get((v, run), ("", "answer")), []).append(run)
+        for (label, position), rs in by_label.items():
+            title = v if len(by_label) == 1 else f"{v}: {label} ({', '.join(rs)})"
+            panels.append((f"{title}, patched at {position}", _at(d[d["run"].isin(rs)], position)))
     fig, axes = plt.subplots(1, len(panels), figsize=(3.6 * len(panels), 3.2), sharey=True, squeeze=False)
     for ax, (title, d) in zip(axes[0], panels):
         _label_bars(ax, _shares(d))
@@ -199,6 +210,7 @@ def fig4(df: pd.DataFrame, path, note: str = "", circuits: pd.DataFrame | None =
 
 @figure
 def fig9(df: pd.DataFrame, path, note: str = "", circuits: pd.DataFrame | None = None) -> pd.DataFrame:
+    """Label shares per layer per run, patched where its label was read (circuits.csv's label_position)."""
     runs = df[["variant", "run"]].drop_duplicates().to_numpy().tolist()
     cols = min(4, len(runs))
     rows = -(-len(runs) // cols)
@@ -207,11 +219,12 @@ def fig9(df: pd.DataFrame, path, note: str = "", circuits: pd.DataFrame | None =
         ax.axis("off")
     labels = {} if circuits is None else {(r.variant, r.run): r for r in circuits.itertuples()}
     for ax, (v, run) in zip(axes.flat, runs):
-        _label_bars(ax, _shares(df[(df["variant"] == v) & (df["run"] == run)]))
         c = labels.get((v, run))
+        position = "answer" if c is None else _label_position(c)
+        _label_bars(ax, _shares(_at(df[(df["variant"] == v) & (df["run"] == run)], position)))
         weak = " (weak)" if c is not None and str(getattr(c, "weak", "")) == "True" else ""  # csv: True, False or empty
         extra = "" if c is None else f"\n{c.circuit}{weak}, first spike at layer {c.spike_layer}"
-        ax.set_title(f"{v} / {run}{extra}", fontsize=7)
+        ax.set_title(f"{v} / {run}, patched at {position}{extra}", fontsize=7)
     axes.flat[0].legend(fontsize=5)
     fig.suptitle(titled("Interchange interventions per run", note), fontsize=9)
     return save(fig, path)

@@ -6,7 +6,9 @@ Two families of edges:
 - matching edges of appendix G, restricted to the same object slot: query -> its context color,
   query -> its context shape, association shape -> its context shape, association item -> its
   association shape, context shape -> its context color, [ANSWER] -> query, [ANSWER] -> the
-  association item of the queried object.
+  association item of the queried object, the query -> that item, and both ("query+answer") at once: a model
+  that reads the item at the query token and copies it to [ANSWER] loses little to either single knockout
+  of the item that the joint one does not explain.
 A position always keeps attending to itself (so no attention row is empty); a knocked-out edge that no
 prompt contains (the target never precedes the source) is reported as NaN.
 """
@@ -28,13 +30,14 @@ from .prompts import ROLES, analysis_prompts, slot_of_positions
 # (source, target, same slot?) of appendix G's matching edges; [ANSWER]'s slot is the queried object's.
 MATCHING = [("query", "context color"), ("query", "context shape"), ("association shape", "context shape"),
             ("association item", "association shape"), ("context shape", "context color"),
-            ("answer", "query"), ("answer", "association item")]
+            ("answer", "query"), ("answer", "association item"), ("query", "association item"),
+            ("query+answer", "association item")]
 
 
 def edge_mask(batch: Batch, source: str, target: str, matching: bool) -> np.ndarray:
     """(B, T, T) bool [query position, key position]: the attention edges to forbid (causal ones only)."""
     roles = batch.roles
-    src = roles == ROLES[source]
+    src = np.isin(roles, [ROLES[s] for s in source.split("+")])  # "a+b": either source
     tgt = roles == ROLES[target]
     mask = src[:, :, None] & tgt[:, None, :]
     if matching:
