@@ -23,9 +23,10 @@ which waits until validation leaves chance by 0.1 (train.plateau_above_chance): 
 Per run (a row of OUT/sweep.csv, rewritten at each validation): the step at which validation on 2-object shuffled
 prompts first reaches chance + 0.1 (`left_chance`; 2 objects: 0.6), the total step at which each ramp length passed
 (`pass_2`..`pass_8`), the final model's accuracy on 2..8 objects (`acc_2_8`, 512 prompts) and on 2 objects, and its
-steps/s (overall, and between the last two validations: `steady_steps_per_s`). `--device cuda` runs every process on the GPU (several per GPU); `--compile` trains with train.compile
-(a run whose compiled step fails is rerun eager and flagged); an arm with `eager` ignores --compile, to time both
-in one call. On a CPU each process has one thread: give each its own core.
+steps/s (overall, and between the last two validations: `steady_steps_per_s`). `--device cuda` runs every
+process on the GPU (several per GPU); `--compile` trains with train.compile (a run whose compiled step fails is
+rerun eager and flagged); an arm with `eager` ignores --compile, to time both in one call. On a CPU each
+process has one thread: give each its own core.
 """
 
 from __future__ import annotations
@@ -185,7 +186,8 @@ def _train(arm, seed, parents, paper, steps, target, device, compile_, out, row,
         last[:] = [time.time(), 0]
     model.eval()
     steps_done = int(row.fields["steps"] or 0)
-    row.update(status=status, steps_per_s=round(steps_done / (time.time() - t0), 1), acc_2=round(accuracy(model, two, device, cfg.precision), 4),
+    row.update(status=status, steps_per_s=round(steps_done / (time.time() - t0), 1),
+               acc_2=round(accuracy(model, two, device, cfg.precision), 4),
                acc_2_8=round(accuracy(model, _validation(spec, seed, 512, None), device, cfg.precision), 4),
                wall_s=round(time.time() - t0, 1))
     return row.fields

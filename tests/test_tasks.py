@@ -4,8 +4,19 @@
 import numpy as np
 import pytest
 
-from vlbind.tasks import (BY_COLOR, BY_SHAPE, GROUNDING, LOOKUP, RETRIEVAL, SOLO, Role, StageSpec, generate,
-                          pack_queries, prompt_text)
+from vlbind.tasks import (
+    BY_COLOR,
+    BY_SHAPE,
+    GROUNDING,
+    LOOKUP,
+    RETRIEVAL,
+    SOLO,
+    Role,
+    StageSpec,
+    generate,
+    pack_queries,
+    prompt_text,
+)
 from vlbind.vocab import VOCAB
 
 CURRICULUM = {

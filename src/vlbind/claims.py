@@ -123,11 +123,12 @@ def near_chance(runs: pd.DataFrame, variants: list[str], claim: str, statement: 
     r = runs[runs["variant"].isin(variants)]
     used = r[r["used"]]
     above = used["ood"] - used["ood_chance"]
+    ok = [x <= FAILS_WITHIN for x in above]
     per = "; ".join(f"{x.variant} {x.run}: {100 * x.ood:.1f} ({100 * (x.ood - x.ood_chance):+.1f} above chance)"
                     for x in used.itertuples())
     return {"claim": claim, "statement": statement, "a": ", ".join(variants), "b": "", "n": len(used),
             "a_ood": used["ood"].mean(), "a_above_chance": above.mean(), "per_run": per + _left_out(r),
-            "p_sign": sign_p([x <= FAILS_WITHIN for x in above]), "verdict": _verdict([x <= FAILS_WITHIN for x in above]),
+            "p_sign": sign_p(ok), "verdict": _verdict(ok),
             "rule": f"holds if every run's OOD accuracy is within {100 * FAILS_WITHIN:g} points of chance, fails if "
                     "none is"}
 

@@ -291,7 +291,8 @@ class Transformer(nn.Module):
         positions attend causally to each other, or, with `stream` = k, within consecutive groups of k only:
         S / k parallel continuations of the same prefix, k positions each. New position s is replaced by
         inject[:, s] when it enters block start[s] (start == n_layers: after the last block; beyond: never);
-        this is how an interchange intervention patches every layer in one pass. Returns the residual stream after the last block; hook points run as usual.
+        this is how an interchange intervention patches every layer in one pass. Returns the residual stream
+        after the last block; hook points run as usual.
         """
         S = x.shape[1]
         new_mask = torch.ones(S, S, dtype=torch.bool, device=x.device).tril()
