@@ -7,7 +7,7 @@
 # Writes $OUT/grid (the compiled grid) and $OUT/eager, a CSV and a log per run.
 set -euo pipefail
 python3 -c "import jsonschema" 2>/dev/null || python3 -m pip install -q --no-index --find-links .whl --target /tmp/site jsonschema
-export PYTHONPATH=/tmp/site:$PWD/src
+export PYTHONPATH=/tmp/site:$PWD/src TORCHINDUCTOR_COMPILE_THREADS=1  # 16 processes compile side by side
 nvidia-smi --query-gpu=name,memory.total --format=csv,noheader || true
 minutes=${MINUTES:-7}
 common=(--parents 'sweep_parents/seed{seed}/text_s3' --device "${DEVICE:-cuda}" --steps 100000 --target 0.95 --minutes "$minutes")
