@@ -24,10 +24,10 @@ Per run (a row of OUT/sweep.csv, rewritten at each validation): the step at whic
 shuffled prompts first reaches chance + 0.1 (2 objects: 0.6) at two validations in a row (`left_chance`; with
 one validation of 256, two CPU runs that stayed at chance for 140k steps "left" it by a blip), the total step at
 which each ramp length passed (`pass_2`..`pass_8`), the final model's accuracy on 2..8 objects (`acc_2_8`, 512
-prompts) and on 2 objects, and its steps/s (overall, and between the last two validations: `steady_steps_per_s`). `--device cuda` runs every
-process on the GPU (several per GPU); `--compile` trains with train.compile (a run whose compiled step fails is
-rerun eager and flagged); an arm with `eager` ignores --compile, to time both in one call. On a CPU each
-process has one thread: give each its own core.
+prompts) and on 2 objects, and its steps/s (overall, and between the last two validations: `steady_steps_per_s`).
+`--device cuda` runs every process on the GPU (several per GPU); `--compile` trains with train.compile (a run
+whose compiled step fails is rerun eager and flagged); an arm with `eager` ignores --compile, to time both in one
+call. On a CPU each process has one thread: give each its own core.
 """
 
 from __future__ import annotations
