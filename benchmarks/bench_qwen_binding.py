@@ -15,7 +15,15 @@ import time
 import torch
 import transformers
 
-from vlbind.qwen.binding import chat_ids, label_of, last_stream, letter_ids, make_pairs, patched_last_logits
+from vlbind.qwen.binding import (
+    chat_ids,
+    full_forward_patched,
+    label_of,
+    last_stream,
+    letter_ids,
+    make_pairs,
+    patched_last_logits,
+)
 from vlbind.qwen.models import decoder_layers
 from vlbind.qwen.prompts import Chat
 from vlbind.qwen.tiny import tiny_tokenizer
@@ -30,20 +38,6 @@ def model_of_size(tok, layers: int, hidden: int):
                                       eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id)
     torch.manual_seed(0)
     return transformers.Qwen2ForCausalLM(config).eval()
-
-
-def full_forward_patched(model, ids, layer, value):
-    def fn(module, args, kwargs):
-        x = (args[0] if args else kwargs["hidden_states"]).clone()
-        x[:, -1] = value
-        return ((x, *args[1:]), kwargs) if args else (args, {**kwargs, "hidden_states": x})
-
-    handle = decoder_layers(model)[layer].register_forward_pre_hook(fn, with_kwargs=True)
-    try:
-        with torch.no_grad():
-            return model(input_ids=ids).logits[0, -1]
-    finally:
-        handle.remove()
 
 
 def sweep(model, tok, pairs, cached: bool):

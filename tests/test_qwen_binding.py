@@ -15,6 +15,7 @@ from vlbind.qwen.binding import (
     boxes_text,
     chat_ids,
     fit_mechanisms,
+    full_forward_patched,
     interchange,
     last_stream,
     make_pairs,
@@ -22,7 +23,6 @@ from vlbind.qwen.binding import (
     summarize,
     table1,
 )
-from vlbind.qwen.models import decoder_layers
 from vlbind.qwen.prompts import Chat
 from vlbind.qwen.tiny import tiny, tiny_tokenizer
 
@@ -69,21 +69,6 @@ def test_every_pair_is_their_counterfactual_rederived_from_its_texts():
         assert all(cf[i] == orig[i] for i in range(6) if i not in moved)
         same += e["s"] == e["w"]
     assert 0 < same < 200  # s and w are drawn independently (their sampler), so they sometimes coincide
-
-
-def full_forward_patched(model, ids, layer, value):
-    """The last-token logits of one plain forward with the last token's stream entering `layer` set to `value`."""
-    def fn(module, args, kwargs):
-        x = (args[0] if args else kwargs["hidden_states"]).clone()
-        x[:, -1] = value
-        return ((x, *args[1:]), kwargs) if args else (args, {**kwargs, "hidden_states": x})
-
-    handle = decoder_layers(model)[layer].register_forward_pre_hook(fn, with_kwargs=True)
-    try:
-        with torch.no_grad():
-            return model(input_ids=ids).logits[0, -1]
-    finally:
-        handle.remove()
 
 
 @pytest.mark.parametrize("model_type", ["qwen2", "qwen3", "qwen2_vl", "qwen2_5_vl", "qwen3_vl"])

@@ -189,6 +189,22 @@ def patched_last_logits(model, ids: torch.Tensor, layers: list[int | None], valu
                 h.remove()
 
 
+def full_forward_patched(model, ids: torch.Tensor, layer: int, value: torch.Tensor) -> torch.Tensor:
+    """(V,): the last token's logits of one plain forward of `ids` (1, T) with the last token's stream entering
+    decoder layer `layer` set to `value`: the plain method patched_last_logits equals (tests, benchmarks/)."""
+    def fn(module, args, kwargs):
+        x = (args[0] if args else kwargs["hidden_states"]).clone()
+        x[:, -1] = value
+        return ((x, *args[1:]), kwargs) if args else (args, {**kwargs, "hidden_states": x})
+
+    handle = decoder_layers(model)[layer].register_forward_pre_hook(fn, with_kwargs=True)
+    try:
+        with torch.no_grad():
+            return model(input_ids=ids).logits[0, -1]
+    finally:
+        handle.remove()
+
+
 def interchange(model, tokenizer, pairs: list[BoxesPair], chat: Chat, *, filter_correct: bool = False,
                 layers_per_batch: int = 64, device: str = "cpu") -> pd.DataFrame:
     """One row per (pair, layer): the pair's entries q, c, s, w, whether the unpatched answer is right, the
