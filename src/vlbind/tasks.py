@@ -311,9 +311,9 @@ def assemble(n, colors, shapes, items, order, query_slot, kind, query_by, gap, m
 
     t = np.arange(T)[None, :]
     positions = t + gap[:, None] * np.minimum(t // 2, shown[:, None] - 1)
-    batch = Batch(tokens, positions, roles, slots, answer_pos, target, n, colors, shapes, items, order,
-                  q, kind_, by, gap, modality, image_ids, patches)
-    return batch
+    return Batch(tokens=tokens, positions=positions, roles=roles, slots=slots, answer_pos=answer_pos, target=target,
+                 n_objects=n, colors=colors, shapes=shapes, items=items, association_order=order, query_slot=q,
+                 kind=kind_, query_by=by, noise=gap, modality=modality, image_ids=image_ids, patches=patches)
 
 
 def _query_target(colors, shapes, items, kind, query_by, slots) -> tuple[np.ndarray, np.ndarray]:
