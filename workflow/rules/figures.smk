@@ -24,10 +24,7 @@ rule fig3:
         "../../scripts/figure.py"
 
 
-rule fig8:
-    input:
-        tables=eval_tables(),
-        code="src/vlbind/figures.py",
+use rule fig3 as fig8 with:
     output:
         pdf=report(
             "results/figures/fig8.pdf",
@@ -38,12 +35,6 @@ rule fig8:
         "results/logs/figures/fig8.log",
     benchmark:
         "results/benchmarks/figures/fig8.tsv"
-    conda:
-        "../envs/vlbind.yaml"
-    params:
-        note=figure_note(config["variants"]),
-    script:
-        "../../scripts/figure.py"
 
 
 rule training_table:
