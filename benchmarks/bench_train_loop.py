@@ -5,13 +5,13 @@ optimizer), for the paper's model, mini's, and one so small that its step costs 
     python benchmarks/bench_train_loop.py [--device cuda] [--threads 1] [--steps 300] [--queries one] [--compile]
 
 Batch 32, every object queried (`train.queries: all`, the configs' setting; `--queries one`: the paper's one
-query per prompt), 2..8 objects of text_s3's task, bf16 autocast where the device computes it natively. The loop
-runs with its batches drawn ahead by a thread (`ahead` 2) and in the loop (`ahead` 0, train_stage's default); one
-validation of 32 prompts at the end is included in the loop's time. Runs unchanged on CUDA. `--compile` adds
-the model alone with its forward compiled by `torch.compile`, in the default mode and in "reduce-overhead" (CUDA
-graphs), and the loop with `train.compile` (train.compiled: reduce-overhead on CUDA, default elsewhere), each
-compilation excluded (a run of 10 steps, 300 compiled, before the timed one compiles); a mode that fails prints its
-error.
+query per prompt), 2..8 objects of text_s3's task, bf16 autocast where the device computes it natively. One
+validation of 32 prompts at the end is included in the loop's time. (A background thread drawing batches ahead
+was measured here, gained nothing on a CPU or an H100 and is gone: docs/results/benchmarks-train-loop.md.) Runs
+unchanged on CUDA. `--compile` adds the model alone with its forward compiled by `torch.compile`, in the default
+mode and in "reduce-overhead" (CUDA graphs), and the loop with `train.compile` (train.compiled: reduce-overhead on
+CUDA, default elsewhere), each compilation excluded (a run of 10 steps, 300 compiled, before the timed one
+compiles); a mode that fails prints its error.
 """
 import argparse
 import tempfile
@@ -62,14 +62,14 @@ def model_only(cfg: ModelConfig, train: TrainConfig, device: str, steps: int, mo
     return steps / (time.perf_counter() - t0)
 
 
-def loop(cfg: ModelConfig, train: TrainConfig, device: str, ahead: int) -> float:
+def loop(cfg: ModelConfig, train: TrainConfig, device: str) -> float:
     torch.manual_seed(0)
     with tempfile.TemporaryDirectory() as d:
         n = 300 if train.compile else 10  # compiled: long enough to meet the batch shapes and recompile for them
         warm = TrainConfig(**{**train.__dict__, "max_steps": n, "eval_every": n})
-        train_stage(Transformer(cfg), SPEC, warm, Path(d) / "warm", stage="bench", device=device, ahead=ahead)
+        train_stage(Transformer(cfg), SPEC, warm, Path(d) / "warm", stage="bench", device=device)
         t0 = time.perf_counter()
-        train_stage(Transformer(cfg), SPEC, train, Path(d) / "run", stage="bench", device=device, ahead=ahead)
+        train_stage(Transformer(cfg), SPEC, train, Path(d) / "run", stage="bench", device=device)
         sync(device)
         return train.max_steps / (time.perf_counter() - t0)
 
@@ -89,14 +89,13 @@ def main() -> None:
                         eval_every=args.steps, val_size=32, checkpoint_every=10 * args.steps, warmup_steps=10)
     name = torch.cuda.get_device_name() if args.device.startswith("cuda") else f"cpu, {args.threads} thread(s)"
     print(f"device {name}, {precision}, batch 32, queries {args.queries}, {args.steps} steps")
-    print(f"{'model':<16} {'model alone':>12} {'loop, ahead':>12} {'loop, inline':>13} {'ahead / alone':>14}")
+    print(f"{'model':<16} {'model alone':>12} {'loop':>12} {'loop / alone':>14}")
     eager, eager_loop = {}, {}
     for key in args.models:
         cfg = MODELS[key]
         alone = model_only(cfg, train, args.device, args.steps)
-        ahead = loop(cfg, train, args.device, ahead=2)
-        inline = loop(cfg, train, args.device, ahead=0)
-        print(f"{key:<16} {alone:>12.1f} {ahead:>12.1f} {inline:>13.1f} {ahead / alone:>14.2f}", flush=True)
+        inline = loop(cfg, train, args.device)
+        print(f"{key:<16} {alone:>12.1f} {inline:>12.1f} {inline / alone:>14.2f}", flush=True)
         eager[key], eager_loop[key] = alone, inline
     for key, mode in [(k, m) for k in args.models for m in ("default", "reduce-overhead")] if args.compile else []:
         try:
@@ -108,7 +107,7 @@ def main() -> None:
     for key in args.models if args.compile else []:
         torch._dynamo.reset()  # forget the compilations above
         try:
-            rate = loop(MODELS[key], TrainConfig(**{**train.__dict__, "compile": True}), args.device, ahead=0)
+            rate = loop(MODELS[key], TrainConfig(**{**train.__dict__, "compile": True}), args.device)
             print(f"{key}, loop with train.compile: {rate:.1f} steps/s, {rate / eager_loop[key]:.2f} x the eager loop",
                   flush=True)
         except Exception as e:

@@ -67,27 +67,20 @@ def test_resume_after_kill_reaches_the_uninterrupted_weights(tmp_path, spec, cfg
 
 
 @pytest.mark.parametrize("cfg", [CFG, DENSE_CFG], ids=["plain", "dense"])
-def test_batches_drawn_ahead_by_a_thread_train_the_weights_drawn_in_the_loop_and_resume_to_them(tmp_path, cfg):
+def test_a_stage_with_a_start_resumes_after_a_kill_to_the_uninterrupted_weights(tmp_path, cfg):
     start = (StageSpec(8, 8, 8, 2, 2, shuffle=False), 5)  # a stage start switches the task mid-stream
-    inline = fresh()
-    meta = train_stage(inline, SPEC, cfg, tmp_path / "inline", stage="text_s1", start=start, ahead=0)
-    ahead = fresh()
-    train_stage(ahead, SPEC, cfg, tmp_path / "ahead", stage="text_s1", start=start, ahead=3)
-    for k, v in inline.state_dict().items():
-        assert torch.equal(ahead.state_dict()[k], v), k
-    for a, b in (("inline", "ahead"),):
-        curves = [pd.read_parquet(tmp_path / d / "metrics.parquet").drop(columns="steps_per_s") for d in (a, b)]
-        pd.testing.assert_frame_equal(*curves)
+    whole = fresh()
+    meta = train_stage(whole, SPEC, cfg, tmp_path / "whole", stage="text_s1", start=start)
 
     def die(s):
         if s == 8:
             raise Kill
 
-    with pytest.raises(Kill):  # killed with the thread three batches ahead of the saved state
-        train_stage(fresh(), SPEC, cfg, tmp_path / "killed", stage="text_s1", start=start, callback=die, ahead=3)
+    with pytest.raises(Kill):  # killed after the start's batches, two steps past the saved state
+        train_stage(fresh(), SPEC, cfg, tmp_path / "killed", stage="text_s1", start=start, callback=die)
     resumed = fresh()
-    assert train_stage(resumed, SPEC, cfg, tmp_path / "killed", stage="text_s1", start=start, ahead=3)["resumed"]
-    for k, v in inline.state_dict().items():
+    assert train_stage(resumed, SPEC, cfg, tmp_path / "killed", stage="text_s1", start=start)["resumed"]
+    for k, v in whole.state_dict().items():
         assert torch.equal(resumed.state_dict()[k], v), k
     assert meta["steps"] == cfg.max_steps
 

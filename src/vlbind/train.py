@@ -29,8 +29,6 @@ import json
 import logging
 import math
 import os
-import queue
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
@@ -174,57 +172,6 @@ def chance(batches: list[Batch]) -> float:
     return float(np.mean(np.concatenate([1 / b.n_objects for b in batches])))
 
 
-class Batches:
-    """A stage's training batches `first`..`last` - 1, drawn ahead of the loop by a background thread (`ahead` >
-    0) or in the loop (`ahead` 0). Batch k is `draw(k)` (k = steps done before it) from `rng` right after batch
-    k - 1, as the loop would draw it, and comes with the RNG state after it, which the loop saves in its resume
-    state: a stage trains to the same weights with or without the thread, and resumes to them. The thread
-    overlaps numpy prompt generation with the model's step (on a GPU, with the host's launch work)."""
-
-    def __init__(self, draw: Callable[[int], Batch], rng: np.random.Generator, first: int, last: int,
-                 ahead: int = 2):
-        self.draw, self.rng, self.next_step, self.last, self.ahead = draw, rng, first, last, ahead
-        if ahead:
-            self.queue: queue.Queue = queue.Queue(maxsize=ahead)
-            self.stop = threading.Event()
-            self.thread = threading.Thread(target=self._produce, daemon=True, name="vlbind-batches")
-            self.thread.start()
-
-    def _make(self) -> tuple[Batch, dict]:
-        batch = self.draw(self.next_step)
-        self.next_step += 1
-        return batch, self.rng.bit_generator.state
-
-    def _produce(self) -> None:
-        while not self.stop.is_set() and self.next_step < self.last:
-            try:
-                item = self._make()
-            except BaseException as e:  # handed to the loop, which raises it
-                item = e
-            while not self.stop.is_set():
-                try:
-                    self.queue.put(item, timeout=0.1)
-                    break
-                except queue.Full:
-                    pass
-            if isinstance(item, BaseException):
-                return
-
-    def next(self) -> tuple[Batch, dict]:
-        """(the next batch, the RNG state right after drawing it)."""
-        if not self.ahead:
-            return self._make()
-        item = self.queue.get()
-        if isinstance(item, BaseException):
-            raise item
-        return item
-
-    def close(self) -> None:
-        if self.ahead:
-            self.stop.set()
-            self.thread.join()
-
-
 def compiled(model: Transformer, device) -> torch.nn.Module:
     """`model` with its forward compiled by torch.compile: on CUDA in "reduce-overhead" mode (CUDA graphs, one
     per batch shape: the step's kernels replay without the host launching each), elsewhere in the default mode.
@@ -239,15 +186,14 @@ def fingerprint(*parts) -> str:
 def train_stage(model: Transformer, spec: StageSpec, cfg: TrainConfig, out_dir: Path, *, stage: str,
                 device="cpu", parent: str | None = None, bank: ImageBank | None = None,
                 start: tuple[StageSpec, int] | None = None, callback: Callable[[int], None] | None = None,
-                ahead: int = 0, optimizer: torch.optim.Optimizer | None = None) -> dict:
+                optimizer: torch.optim.Optimizer | None = None) -> dict:
     """Train `model` in place on prompts from `spec` (image contexts read from `bank`); write the stage's
     model directory; return its meta. `start` = (spec, steps), not in the paper: the first `steps` training
-    batches come from that spec instead (validation always from `spec`). `ahead` batches are drawn ahead by
-    a background thread (Batches; 0, the default: in the loop; the weights are the same). Measured
-    (benchmarks/bench_train_loop.py, docs/results/benchmarks-train-loop.md), the thread gains nothing on a CPU
-    nor on an H100: there the eager step is bound by the host's launching of kernels, which the thread competes
-    with for the interpreter. Between validations nothing waits on the device: losses and gradient norms stay
-    there and are read at each validation.
+    batches come from that spec instead (validation always from `spec`). Batches are drawn in the loop: a
+    background thread drawing them ahead gained nothing on a CPU nor on an H100 (eager; removed, measured in
+    docs/results/benchmarks-train-loop.md), where the eager step is bound by the host's launching of kernels.
+    Between validations nothing waits on the device: losses and gradient norms stay there and are read at each
+    validation.
 
     `callback(step)` runs after every optimizer step (tests use it to simulate a kill or inject a NaN).
     `optimizer` (not in the paper; default a fresh AdamW, make_optimizer): one over `model`'s parameters whose state
@@ -283,56 +229,52 @@ def train_stage(model: Transformer, spec: StageSpec, cfg: TrainConfig, out_dir: 
         return pack_queries(batch) if cfg.queries == "all" else batch
 
     net = compiled(model, device) if cfg.compile else model  # validation stays eager: its shapes differ
-    batches = Batches(draw, rng, step, cfg.max_steps, ahead)
     t0, t_last, step_last, losses, reason = time.time(), time.time(), step, [], "max_steps"
-    try:
-        while step < cfg.max_steps:
-            batch, rng_state = batches.next()
-            loss = training_loss(net, batch, cfg, device, bank)
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)  # stays on the device
-            step += 1
-            for g in opt.param_groups:
-                g["lr"] = lr_at(step, cfg)
-            opt.step()
-            losses.append(loss.detach())
-            if callback is not None:
-                callback(step)
-            if step % cfg.eval_every and step != cfg.max_steps:
-                continue
-            acc = accuracy(model, val, device, cfg.precision, val_bank)
-            now = time.time()
-            rate = (step - step_last) / max(now - t_last, 1e-9)
-            t_last, step_last = now, step
-            trained = torch.stack(losses).double()  # the one wait on the device between validations
-            history.append({"step": step, "train_loss": float(trained.mean()), "val_accuracy": acc,
-                            "lr": lr_at(step, cfg), "grad_norm": float(grad_norm), "steps_per_s": rate,
-                            "finite": bool(torch.isfinite(trained).all())})
-            losses = []
-            if acc >= best_acc + cfg.min_delta or best_acc < 0:
-                best_acc, best_step = acc, step
-                best_state = {k: v.detach().clone() for k, v in model.state_dict().items()}
-            log.info("%s step %d/%d objects %d..%d loss %.4f val_acc %.4f best %.4f@%d | %.1f steps/s, %.0f tok/s, "
-                     "ETA to cap %s", stage, step, cfg.max_steps, spec.min_objects, spec.max_objects,
-                     history[-1]["train_loss"], acc, best_acc, best_step, rate,
-                     rate * cfg.batch_size * batch.tokens.shape[1], _eta((cfg.max_steps - step) / max(rate, 1e-9)))
-            if not history[-1]["finite"]:
-                reason = "non_finite_loss"
-                break
-            if cfg.target_accuracy is not None and acc >= cfg.target_accuracy:
-                reason = "target_accuracy"
-                break
-            learning = not cfg.plateau_above_chance or best_acc >= val_chance + cfg.plateau_above_chance
-            if (step - best_step) >= cfg.patience * cfg.eval_every and learning:
-                reason = "plateau"
-                break
-            if step % ckpt_every == 0:
-                progress = {"step": step, "best_acc": best_acc, "best_step": best_step, "history": history,
-                            "rng_state": rng_state, "wall_seconds": wall_before + time.time() - t0}
-                _save_resume(out_dir / RESUME_FILE, key, model, opt, progress, best_state)
-    finally:
-        batches.close()
+    while step < cfg.max_steps:
+        batch = draw(step)
+        loss = training_loss(net, batch, cfg, device, bank)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)  # stays on the device
+        step += 1
+        for g in opt.param_groups:
+            g["lr"] = lr_at(step, cfg)
+        opt.step()
+        losses.append(loss.detach())
+        if callback is not None:
+            callback(step)
+        if step % cfg.eval_every and step != cfg.max_steps:
+            continue
+        acc = accuracy(model, val, device, cfg.precision, val_bank)
+        now = time.time()
+        rate = (step - step_last) / max(now - t_last, 1e-9)
+        t_last, step_last = now, step
+        trained = torch.stack(losses).double()  # the one wait on the device between validations
+        history.append({"step": step, "train_loss": float(trained.mean()), "val_accuracy": acc,
+                        "lr": lr_at(step, cfg), "grad_norm": float(grad_norm), "steps_per_s": rate,
+                        "finite": bool(torch.isfinite(trained).all())})
+        losses = []
+        if acc >= best_acc + cfg.min_delta or best_acc < 0:
+            best_acc, best_step = acc, step
+            best_state = {k: v.detach().clone() for k, v in model.state_dict().items()}
+        log.info("%s step %d/%d objects %d..%d loss %.4f val_acc %.4f best %.4f@%d | %.1f steps/s, %.0f tok/s, "
+                 "ETA to cap %s", stage, step, cfg.max_steps, spec.min_objects, spec.max_objects,
+                 history[-1]["train_loss"], acc, best_acc, best_step, rate,
+                 rate * cfg.batch_size * batch.tokens.shape[1], _eta((cfg.max_steps - step) / max(rate, 1e-9)))
+        if not history[-1]["finite"]:
+            reason = "non_finite_loss"
+            break
+        if cfg.target_accuracy is not None and acc >= cfg.target_accuracy:
+            reason = "target_accuracy"
+            break
+        learning = not cfg.plateau_above_chance or best_acc >= val_chance + cfg.plateau_above_chance
+        if (step - best_step) >= cfg.patience * cfg.eval_every and learning:
+            reason = "plateau"
+            break
+        if step % ckpt_every == 0:
+            progress = {"step": step, "best_acc": best_acc, "best_step": best_step, "history": history,
+                        "rng_state": rng.bit_generator.state, "wall_seconds": wall_before + time.time() - t0}
+            _save_resume(out_dir / RESUME_FILE, key, model, opt, progress, best_state)
 
     if not history:  # max_steps 0: the starting weights pass through; record what they score on this stage
         best_acc = accuracy(model, val, device, cfg.precision, val_bank)
