@@ -31,7 +31,7 @@ from vlbind.model import ModelConfig, Transformer
 
 def ours(model, pairs, layers):  # patched at [ANSWER], as the nnsight sweep below
     values = query_answer_residuals(model, pairs.counterfactual, layers)
-    predicted = item_argmax(patched_answer_logits(model, pairs.original, layers, values), pairs.original)
+    predicted = item_argmax(patched_answer_logits(model, pairs.original, layers, values)[0], pairs.original)
     return label_predictions(predicted, pairs.predictions[None])
 
 

@@ -84,7 +84,7 @@ def test_no_patch_run_equals_the_plain_forward_bit_for_bit(model):
     layers = [0, 1, 2, 3]
     own = query_answer_residuals(model, pairs.original, layers)
     for position in POSITIONS:
-        patched = item_argmax(patched_answer_logits(model, pairs.original, layers, own, position=position),
+        patched = item_argmax(patched_answer_logits(model, pairs.original, layers, own, positions=(position,))[0],
                               pairs.original)
         assert (patched == item_argmax(model.logits(own[-1][:, 1]), pairs.original)[None]).all()
 
@@ -106,7 +106,7 @@ def test_patching_the_answer_stream_after_the_last_block_reproduces_the_counterf
     pairs = make_pairs(16, np.random.default_rng(4))
     o, cf = pairs.original, pairs.counterfactual
     last = [model.cfg.n_layers]
-    patched = patched_answer_logits(model, o, last, query_answer_residuals(model, cf, last))[0]
+    patched = patched_answer_logits(model, o, last, query_answer_residuals(model, cf, last))[0, 0]
     tok_c, pos_c, _ = model_inputs(cf, "cpu")
     with torch.no_grad():
         expected = model(tok_c, pos_c)[torch.arange(len(cf)), torch.as_tensor(cf.answer_pos)]
@@ -127,15 +127,16 @@ def naive_patched_answer_logits(model, batch, layer, value, position):
         return model(tokens, positions)[rows, ans]
 
 
-@pytest.mark.parametrize("position", ["answer", "query", "both"])
-def test_cached_all_layer_patching_equals_full_forward_patching_layer_by_layer(model, position):
+def test_cached_all_layer_patching_equals_full_forward_patching_layer_by_layer(model):
     pairs = make_pairs(24, np.random.default_rng(5))
     layers = list(range(model.cfg.n_layers + 1))
     values = query_answer_residuals(model, pairs.counterfactual, layers)
-    fast = patched_answer_logits(model, pairs.original, layers, values, position=position)
-    for i, layer in enumerate(layers):
-        naive = naive_patched_answer_logits(model, pairs.original, layer, values[i], position)
-        torch.testing.assert_close(fast[i], naive, rtol=1e-5, atol=1e-5)
+    positions = ("answer", "query", "both")
+    fast = patched_answer_logits(model, pairs.original, layers, values, positions=positions)  # one pass for all
+    for j, position in enumerate(positions):
+        for i, layer in enumerate(layers):
+            naive = naive_patched_answer_logits(model, pairs.original, layer, values[i], position)
+            torch.testing.assert_close(fast[j, i], naive, rtol=1e-5, atol=1e-5)
 
 
 def test_kv_cache_extension_equals_the_full_forward(model):

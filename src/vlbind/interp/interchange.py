@@ -114,35 +114,39 @@ def query_answer_residuals(model: Transformer, batch: Batch, layers: list[int], 
 
 @torch.no_grad()
 def patched_answer_logits(model: Transformer, batch: Batch, layers: list[int], values: torch.Tensor,
-                          device="cpu", position: str = "answer") -> torch.Tensor:
-    """(len(layers), B, vocab) answer logits of `batch` with the residual at `position` (POSITIONS: [ANSWER], the
-    query token or both) entering layer layers[i] replaced by values[i] (B, 2, d: the counterfactual's at its
-    query token and [ANSWER], query_answer_residuals).
+                          device="cpu", positions: tuple[str, ...] = ("answer",)) -> torch.Tensor:
+    """(len(positions), len(layers), B, vocab) answer logits of `batch` with the residual at positions[j]
+    (POSITIONS: [ANSWER], the query token or both) entering layer layers[i] replaced by values[i] (B, 2, d: the
+    counterfactual's at its query token and [ANSWER], query_answer_residuals).
 
     The query token and [ANSWER] are each prompt's last two positions, so a patch there changes no earlier
     position. The clean run is therefore computed once with its keys and values cached, and only the last two
-    positions are recomputed, as len(layers) independent streams of two per prompt, each patched where its layer
-    begins (Transformer.extend): one pass for all layers and prompts, about 2/T of a full forward per layer.
+    positions are recomputed, as len(positions) x len(layers) independent streams of two per prompt, each patched
+    where its layer begins (Transformer.extend): one pass for all positions, layers and prompts, about 2/T of a
+    full forward per position and layer.
     Equal to patching full forward passes layer by layer (tests, benchmarks/).
     """
-    if position not in POSITIONS:
-        raise ValueError(f"interchange position {position!r}; valid: {list(POSITIONS)}")
+    for position in positions:
+        if position not in POSITIONS:
+            raise ValueError(f"interchange position {position!r}; valid: {list(POSITIONS)}")
     n = model.cfg.n_layers
-    tokens, positions, _ = model_inputs(batch, device)
+    tokens, rope_ids, _ = model_inputs(batch, device)
     names = [hook_name(i, f"attn.hook_{kv}") for i in range(n) for kv in "kv"]
-    _, cache = model.residual_with_cache(names, tokens, positions)
+    _, cache = model.residual_with_cache(names, tokens, rope_ids)
     rows, at = torch.arange(len(batch), device=device)[:, None], _last_two(batch, device)
     valid = torch.arange(tokens.shape[1], device=device)[None, :] < at[:, :1]  # strictly before the query token
-    L = len(layers)
-    x = model.embed(tokens[rows, at]).repeat(1, L, 1)  # (B, 2L, d): streams (query, [ANSWER]) per layer
-    patched = torch.zeros(2, dtype=torch.bool, device=device)
-    patched[list(POSITIONS[position])] = True
-    start = torch.where(patched.repeat(L), torch.as_tensor(layers, device=device).repeat_interleave(2), n + 1)
+    P, L = len(positions), len(layers)
+    x = model.embed(tokens[rows, at]).repeat(1, P * L, 1)  # (B, 2PL, d): streams (query, [ANSWER]) per (p, layer)
+    patched = torch.zeros(P, 2, dtype=torch.bool, device=device)
+    for j, position in enumerate(positions):
+        patched[j, list(POSITIONS[position])] = True
+    layer_of = torch.as_tensor(layers, device=device).repeat_interleave(2).repeat(P)
+    start = torch.where(patched.repeat_interleave(L, 0).flatten(), layer_of, n + 1)
     keys = [cache[hook_name(i, "attn.hook_k")] for i in range(n)]
     vals = [cache[hook_name(i, "attn.hook_v")] for i in range(n)]
-    out = model.extend(x, positions[rows, at].repeat(1, L), keys, vals, valid, stream=2, start=start,
-                       inject=values.transpose(0, 1).flatten(1, 2))
-    return model.logits(out[:, 1::2]).transpose(0, 1)
+    out = model.extend(x, rope_ids[rows, at].repeat(1, P * L), keys, vals, valid, stream=2, start=start,
+                       inject=values.transpose(0, 1).flatten(1, 2).repeat(1, P, 1))
+    return model.logits(out[:, 1::2]).unflatten(1, (P, L)).permute(1, 2, 0, 3)
 
 
 def item_argmax(logits: torch.Tensor, batch: Batch) -> np.ndarray:
@@ -180,11 +184,11 @@ def sweep(model: Transformer, n_pairs: int, seed: int, batch_size: int = 128, de
         o, preds = o.subset(ok), pairs.predictions[ok]
         kept += int(ok.sum())
         values = cf_resid[[read.index(layer) for layer in layers]][:, torch.as_tensor(ok, device=cf_resid.device)]
-        for p, position in enumerate(positions):
-            predicted = item_argmax(patched_answer_logits(model, o, layers, values, device, position), o)  # (L, B)
-            labels = label_predictions(predicted, preds[None])
+        predicted = item_argmax(patched_answer_logits(model, o, layers, values, device, positions), o)  # (P, L, B)
+        labels = label_predictions(predicted, preds[None, None])
+        for p in range(len(positions)):
             for i in range(len(layers)):
-                counts[p, i] += np.bincount(labels[i], minlength=len(LABELS))
+                counts[p, i] += np.bincount(labels[p, i], minlength=len(LABELS))
     rows = [{"position": position, "layer": layer, "label": label, "count": int(counts[p, i, j]),
              "fraction": counts[p, i, j] / max(kept, 1)}
             for p, position in enumerate(positions) for i, layer in enumerate(layers)
