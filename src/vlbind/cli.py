@@ -26,10 +26,10 @@ def _sample(args) -> int:
     from .vocab import VOCAB
 
     cfg = vlconfig.load(args.config)
-    if args.stage not in cfg["stages"]:
-        print(f"error: unknown stage {args.stage!r}; valid: {', '.join(cfg['stages'])}", file=sys.stderr)
+    if args.stage not in vlconfig.STAGE_PARENTS:
+        print(f"error: unknown stage {args.stage!r}; valid: {', '.join(vlconfig.STAGE_PARENTS)}", file=sys.stderr)
         return 2
-    spec = StageSpec.from_dict(cfg["stages"][args.stage]["task"])
+    spec = StageSpec.from_dict(vlconfig.stage_section(cfg, args.stage)["task"])
     if args.counterfactual:
         return _counterfactuals(spec, args)
     if args.noise and spec.noise_tokens == 0:

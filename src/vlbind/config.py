@@ -21,6 +21,9 @@ STAGE_PARENTS: dict[str, str | None] = {
     "image": "grounding", "mixed": "image", "image_text": "mixed", "noise_image_text": "image_text",
     # the control arm (not in the paper): text models continued with the image arm's aid, the binding loss
     "text_bind": "text_s5", "noise_text_bind": "noise_text", "text_bind_shuffled": "text_s5",
+    # the curriculum control (not in the paper): the image arm's stages from the same parent, every context in text
+    "curriculum_image": "grounding", "curriculum_mixed": "curriculum_image", "curriculum_text": "curriculum_mixed",
+    "noise_curriculum_text": "curriculum_text",
 }
 # Stages that depend on an image encoder live in run `seed{S}-{encoder}`; the rest in run `seed{S}`.
 # grounding (D.5) is text-only, so it is trained once per seed and shared by every encoder's run.
@@ -29,11 +32,17 @@ TEXT_STAGES = tuple(s for s in STAGE_PARENTS if s not in VISION_STAGES)
 # Paper variant name -> the stage whose checkpoint it is.
 VARIANT_STAGE = {"text_only": "text_s5", "noise_text": "noise_text", "image_text": "image_text",
                  "noise_image_text": "noise_image_text", "text_bind": "text_bind", "noise_text_bind": "noise_text_bind",
-                 "text_bind_shuffled": "text_bind_shuffled"}
+                 "text_bind_shuffled": "text_bind_shuffled", "curriculum_text": "curriculum_text",
+                 "noise_curriculum_text": "noise_curriculum_text"}
 # The control arm: each control stage -> the image-arm stage whose binding-loss weight it must use. A control
 # trains on its parent's task (text_bind_shuffled: the same task with the list shuffled): validate() copies it
 # there and checks the weight, so the control and its text parent differ in the binding loss alone.
 CONTROLS = {"text_bind": "image_text", "noise_text_bind": "noise_image_text", "text_bind_shuffled": "image_text"}
+# The curriculum control: each of its stages -> the image-arm stage it copies, section for section (task, start,
+# train: the same starts, caps and binding loss), with image_fraction 0: the image arm's curriculum without images.
+# It has no section of its own in a config (stage_section derives it), so it cannot drift from the image arm.
+CURRICULUM = {"curriculum_image": "image", "curriculum_mixed": "mixed", "curriculum_text": "image_text",
+              "noise_curriculum_text": "noise_image_text"}
 # Keys that were renamed: dotted old path -> the new key (`*` = any name, the same in both). A config holding an
 # old key fails naming the new one, not with the schema's "additional properties" message.
 RENAMED = {
@@ -77,6 +86,10 @@ def validate(config: dict) -> dict:
     import jsonschema
 
     _check_renamed(config)
+    for stage, image_stage in CURRICULUM.items():
+        if stage in config.get("stages", {}):
+            raise _error(f"stages.{stage}", f"the curriculum control copies stages.{image_stage} with every context "
+                         f"in text (vlbind.config.CURRICULUM); set stages.{image_stage} instead")
     schema = _schema()
     errors = sorted(jsonschema.Draft7Validator(schema).iter_errors(config), key=lambda e: list(e.absolute_path))
     if errors:
@@ -87,7 +100,7 @@ def validate(config: dict) -> dict:
             hint = " (an overlay such as config/mini.yaml goes after config/config.yaml)"
         raise ConfigError(f"invalid config at '{where}': {e.message}{hint}")
     # What the schema cannot say: relations between keys. Each check raises ConfigError naming the key.
-    missing = set(STAGE_PARENTS) - set(config["stages"])
+    missing = set(STAGE_PARENTS) - set(CURRICULUM) - set(config["stages"])
     if missing:
         raise _error("stages", f"missing stages {sorted(missing)}")
     _derive_controls(config)
@@ -232,10 +245,23 @@ def canonical(value):
     return value
 
 
+def stage_section(config: dict, stage: str) -> dict:
+    """A stage's section of `stages`; a curriculum-control stage's is its image stage's with image_fraction 0
+    (CURRICULUM), in the task and in the start task."""
+    if stage not in CURRICULUM:
+        return config["stages"][stage]
+    section = copy.deepcopy(config["stages"][CURRICULUM[stage]])
+    section["task"]["image_fraction"] = 0.0
+    if "start" in section:
+        section["start"]["task"].pop("image_fraction", None)
+    return section
+
+
 def stage_train(config: dict, stage: str) -> dict:
     """The train settings of one stage: the top-level `train` section with the stage's own `train` on top, and
     the top-level `precision` (TrainConfig.precision)."""
-    return {**deep_merge(config["train"], config["stages"][stage].get("train", {})), "precision": config["precision"]}
+    return {**deep_merge(config["train"], stage_section(config, stage).get("train", {})),
+            "precision": config["precision"]}
 
 
 def stage_params(config: dict, stage: str, encoder: str | None = None) -> dict:
@@ -245,7 +271,7 @@ def stage_params(config: dict, stage: str, encoder: str | None = None) -> dict:
     and its descendants."""
     if stage not in STAGE_PARENTS:
         raise ConfigError(f"unknown stage {stage!r}; valid: {sorted(STAGE_PARENTS)}")
-    section = config["stages"][stage]
+    section = stage_section(config, stage)
     params = {"stage": stage, "parent": STAGE_PARENTS[stage], "task": _beside_defaults(section["task"], "task"),
               "train": _beside_defaults(stage_train(config, stage), "train")}
     if "start" in section:
@@ -282,7 +308,7 @@ def _beside_defaults(section: dict, definition: str) -> dict:
 
 
 def uses_images(config: dict, stage: str) -> bool:
-    return config["stages"][stage]["task"].get("image_fraction", 0.0) > 0
+    return stage_section(config, stage)["task"].get("image_fraction", 0.0) > 0
 
 
 def encoder_spec(config: dict, name: str) -> dict:
@@ -345,7 +371,7 @@ def training_note(config: dict, variants: list[str]) -> str:
     for v in variants:
         stage = VARIANT_STAGE[v]
         stages = lineage(stage)
-        order = "shuffled" if config["stages"][stage]["task"].get("shuffle", True) else "fixed-order"
+        order = "shuffled" if stage_section(config, stage)["task"].get("shuffle", True) else "fixed-order"
         skipped = [s for s in stages if stage_train(config, s).get("max_steps") == 0]
         bound = [s for s in stages if stage_train(config, s).get("binding_loss", 0.0) > 0]
         text = f"{order} lists"

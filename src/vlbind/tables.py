@@ -11,9 +11,10 @@ import pandas as pd
 
 from .outcomes import STALLED, ood_average
 
-# the paper's four, then the control arm (config.CONTROLS): text models given the image arm's binding loss
-VARIANT_ORDER = ["text_only", "noise_text", "image_text", "noise_image_text", "text_bind", "noise_text_bind",
-                 "text_bind_shuffled"]
+# the paper's four, then the curriculum control (config.CURRICULUM: the image arm's curriculum in text), then the
+# binding-loss control (config.CONTROLS: text models given the image arm's binding loss)
+VARIANT_ORDER = ["text_only", "noise_text", "image_text", "noise_image_text", "curriculum_text",
+                 "noise_curriculum_text", "text_bind", "noise_text_bind", "text_bind_shuffled"]
 
 
 def read_eval_tables(paths: list[str | Path]) -> pd.DataFrame:
