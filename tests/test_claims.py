@@ -130,3 +130,26 @@ def test_the_control_arm_answers_whether_the_binding_loss_does_what_images_do():
     t = verdicts(unlike, {"text_bind": ["Positional", "Positional"]})
     assert t.loc["bind_loss_does_what_images_do", "verdict"] == "fails"
     assert t.loc["bind_loss_symbolic", "verdict"] == "fails"
+
+
+def test_the_curriculum_control_answers_images_or_curriculum_and_a_stalled_run_counts_as_scored():
+    """curriculum_text (the image arm's stages, every context in text) beside image_text, paired by seed. Seed 0 of
+    the control stalled (not converged, OOD at chance): it is the curriculum's outcome, so it counts for "images,
+    not the curriculum" and against "the curriculum learns shuffled lists", flagged, never dropped."""
+    base = runs("text_only", [0.05, 0.06, 0.05]) + runs("image_text", [0.37, 0.21, 0.24], image=True)
+    stalled = runs("curriculum_text", [0.05, 0.30, 0.10], converged=False)
+    stalled += runs("curriculum_text", [0.25, 0.97, 0.97], order="shuffled")  # 2..8 in distribution: 0.25, chance
+    stalled = [r if r["order"] == "fixed" or r["seed"] or not r["in_distribution"] else {**r, "accuracy": 0.25}
+               for r in stalled]
+    t = verdicts(base + stalled, {"curriculum_text": ["none", "Symbolic-A", "Positional"]})
+    row = t.loc["images_not_curriculum"]
+    assert row["verdict"] == "mixed" and row["n"] == 3  # +32, -9, +14 points: the stalled pair is in
+    assert row["diff"] == pytest.approx(np.mean([0.37 - 0.05, 0.21 - 0.30, 0.24 - 0.10]))
+    assert "seed0-enc: 37.0 - 5.0 = +32.0 (seed0 diverged or not converged, counted as scored)" in row["per_run"]
+    assert t.loc["curriculum_helps_text", "verdict"] == "mixed"  # 0, +24, +5 points
+    assert t.loc["curriculum_learns_shuffled", "verdict"] == "mixed"  # seed 0 at chance on shuffled lists
+    assert t.loc["curriculum_learns_shuffled", "order"] == "shuffled"
+    labels = t.loc["curriculum_symbolic"]
+    assert (labels["verdict"], labels["n"], labels["n_apart"]) == ("mixed", 2, 1)  # "none" counted apart
+    t = verdicts(base + runs("curriculum_text", [0.05, 0.06, 0.05]))
+    assert t.loc["images_not_curriculum", "verdict"] == "holds" and t.loc["images_not_curriculum", "p_sign"] == 0.125

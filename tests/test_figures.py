@@ -82,3 +82,31 @@ def test_layer_relevance_scatters_every_run(tmp_path):
         points = drawn[(drawn["kind"] == "scatter") & (drawn["series"] == r)]
         expected = df.loc[df["run"] == r, ["cosine", "drop"]].to_numpy()
         assert np.allclose(np.sort(points[["x", "y"]].to_numpy(float), 0), np.sort(expected, 0))
+
+
+def test_the_paper_figures_keep_two_thirds_of_their_area_for_plots_and_their_note_in_a_footnote(tmp_path):
+    """fig3 and fig8 at mini's size (two orders, six variants, three seeds), fig4 with a panel per variant and
+    label, fig9 with a panel per run: the plots' box keeps >= 2/3 of the figure, legends sit in a band above the
+    data (every curve and bar within [0, 1] stays below the legend), the note is one footnote line, not a title."""
+    variants = ["text_only", "noise_text", "image_text", "noise_image_text", "curriculum_text", "noise_curriculum_text"]
+    runs = ["seed0", "seed1", "seed2"]
+    evals = pd.DataFrame([{"variant": v, "run": r, "order": o, "n_objects": n, "accuracy": RNG.uniform(0.0, 1.0),
+                           "in_distribution": n <= 8, "diverged": False, "converged": r != "seed2",
+                           "convergence": ""}
+                          for v in variants for r in runs for o in ("fixed", "shuffled") for n in range(2, 33)])
+    shares = pd.DataFrame([{"variant": v, "run": r, "position": "answer", "layer": layer, "label": k,
+                            "fraction": 1 / 6, "pairs_kept": 900}
+                           for v in variants for r in runs for layer in range(7) for k in figures.LABEL_COLORS])
+    circuits = pd.DataFrame([{"variant": v, "run": r, "circuit": "Positional" if r != "seed0" else "none",
+                              "label_position": "answer", "spike_layer": 3, "weak": False}
+                             for v in variants for r in runs])
+    note = "mini scale (CPU): 6 layers, d_model 64, 3 seeds; see config/mini.yaml"
+    drawn = {"fig3": figures.fig3(evals, tmp_path / "fig3.png", note),
+             "fig8": figures.fig8(evals, tmp_path / "fig8.png", note),
+             "fig4": figures.fig4(shares, tmp_path / "fig4.png", note, circuits=circuits),
+             "fig9": figures.fig9(shares, tmp_path / "fig9.png", note, circuits=circuits)}
+    for name, d in drawn.items():
+        assert d.attrs["layout"]["axes_area"] >= 2 / 3, name
+        assert d.attrs["layout"]["axes_height"] >= 2 / 3, name
+        assert d.attrs["layout"]["legend_bottom"] >= 1.0, name  # accuracies and shares end at 1
+        assert not d["title"].str.contains("mini scale").any(), name

@@ -212,6 +212,56 @@ def test_a_run_that_computes_its_answer_at_the_query_token_is_labelled_from_ther
     assert (label["label_position"], label["spike_layer"]) == ("answer", 1)
 
 
+def with_a_late_copy(model, scale=1e4, sharpness=1e3):
+    """`model` plus one hand-set last block in which [ANSWER] copies the query token's stream: its attention reads
+    only the position just before it (RoPE scores from constant queries and keys), its values are the normalised
+    stream, scaled to drown [ANSWER]'s own; its MLP is off. So the model computes its answer at the query token
+    and [ANSWER] holds nothing of it until the last block, as the seed-0 image runs of docs/results/mini do."""
+    from dataclasses import replace
+
+    from vlbind.model import Block, Transformer
+
+    n, d, heads = model.cfg.n_layers, model.cfg.d_model, model.cfg.n_heads
+    copy = Transformer(replace(model.cfg, n_layers=n + 1)).eval()
+    copy.load_state_dict(model.state_dict(), strict=False)  # every weight but the new block's
+    block: Block = copy.blocks[n]
+    gain = 1e-3
+    with torch.no_grad():
+        block.ln1.weight.fill_(gain)  # ln1(x) = gain * normalised(x) + 1: a constant plus a small copy of x
+        block.ln1.bias.fill_(1.0)
+        dh, ones = d // heads, torch.ones(d)
+        theta = torch.view_as_real(copy.rope_cis[1])  # (Dh/2, 2): the rotation one position back
+        q = sharpness * torch.stack([theta[:, 0], -theta[:, 1]], -1).flatten()  # q . R(m - n) k peaks at m - n = 1
+        k = torch.tensor([1.0, 0.0]).repeat(dh // 2)
+        w_q, w_k = q.repeat(heads)[:, None] * ones / d, k.repeat(heads)[:, None] * ones / d  # constant on ln1(x)
+        block.attn.qkv.weight.copy_(torch.cat([w_q, w_k, torch.eye(d)]))
+        block.attn.out.weight.copy_(scale / gain * (torch.eye(d) - torch.outer(ones, ones) / d))  # drop the constant
+        block.mlp.down.weight.zero_()
+    return copy
+
+
+NO_PROBES = pd.DataFrame(columns=["role", "attribute", "layer", "accuracy", "chance"])
+
+
+def test_a_model_that_answers_at_the_query_token_reads_none_at_answer_and_its_effect_at_the_query(model):
+    late = with_a_late_copy(model)
+    b = analysis_prompts(16, seed=3)[0]
+    tokens, positions, _ = model_inputs(b, "cpu")
+    rows, ans = torch.arange(len(b)), torch.as_tensor(b.answer_pos)
+    with torch.no_grad():
+        torch.testing.assert_close(late(tokens, positions)[rows, ans], model(tokens, positions)[rows, ans - 1],
+                                   rtol=1e-3, atol=1e-3)  # its answer is the query token's
+    table, info = sweep(late, 1024, seed=0)
+    assert info["kept"] >= 10
+    share = table.pivot_table(index=["position", "layer"], columns="label", values="fraction")
+    n = late.cfg.n_layers  # block n - 1 copies; layer n is the read-out (the stream after the last block)
+    assert (share.loc["answer"].loc[: n - 1, "no_effect"] == 1).all()  # [ANSWER] alone: nothing before the copy
+    assert share.loc[("query", n - 1), "reflexive"] == 1  # entering the copy: the query token holds the answer
+    assert share.loc[("both", n - 1), "reflexive"] == 1
+    assert circuit_label(table[table["position"] == "answer"], NO_PROBES)["circuit"] == "none"
+    assert circuit_label(table, NO_PROBES)["label_position"] == "query"  # the rule reads where the answer is made
+
+
 def test_the_readout_layer_never_decides_a_label():
     """Patching the residual after the last block copies the counterfactual's answer: reflexive 1.00 there is
     no mechanism, so a run with no earlier effect is "none", whatever the read-out shows."""

@@ -19,12 +19,14 @@ ROOT = Path(__file__).resolve().parents[1]
 SNAKEMAKE = [sys.executable, "-m", "snakemake"]
 SEEDS = (0, 1)
 PAPER_TEXT_STAGES = ["text_s1", "text_s2", "text_s3", "text_s4", "text_s5", "noise_text", "grounding"]
-CONTROL_STAGES = ["text_bind", "noise_text_bind", "text_bind_shuffled"]  # config/smoke.yaml, as mini
-TEXT_STAGES = PAPER_TEXT_STAGES + CONTROL_STAGES
+CURRICULUM_STAGES = ["curriculum_image", "curriculum_mixed", "curriculum_text", "noise_curriculum_text"]  # as mini
+CONTROL_STAGES = ["text_bind", "noise_text_bind", "text_bind_shuffled"]  # set in smoke.yaml, not in its variants
+TEXT_STAGES = PAPER_TEXT_STAGES + CURRICULUM_STAGES
 VISION_STAGES = ["image", "mixed", "image_text", "noise_image_text"]
 IMAGE_VARIANTS = ["image_text", "noise_image_text"]
-VARIANTS = ["text_only", "noise_text", *IMAGE_VARIANTS, *CONTROL_STAGES]  # each control variant is its stage
-ANALYSED = VARIANTS[:-1]  # smoke's interp.variants: text_bind_shuffled is evaluated only
+CURRICULUM_VARIANTS = ["curriculum_text", "noise_curriculum_text"]
+VARIANTS = ["text_only", "noise_text", *IMAGE_VARIANTS, *CURRICULUM_VARIANTS]  # config/smoke.yaml, as mini
+ANALYSED = VARIANTS  # smoke's interp.variants
 ENCODERS = ("vit_tiny", "cnn_tiny")  # config/smoke.yaml: random weights, and pretrained by the DAG
 ENCODER = ENCODERS[0]
 ANALYSES = ["interchange", "knockout", "probes", "layer_relevance"]
@@ -209,6 +211,7 @@ MALFORMED = [  # (overlay on config.yaml + smoke.yaml, the key its error must na
     ("model: {max_positions: 600}\nstages: {noise_text: {task: {noise_tokens: 100}}}", "model.max_positions"),
     ("stages: {text_bind: {train: {binding_loss: 0.5}}}", "stages.text_bind.train.binding_loss"),  # not the images'
     ("stages: {noise_text_bind: {task: {n_items: 8}}}", "stages.noise_text_bind.task"),  # the parent's, set there
+    ("stages: {curriculum_image: {train: {lr: 0.1}}}", "stages.curriculum_image"),  # the image stage's, set there
     ("render: {min_scale: 0.7, max_scale: 0.5}", "render.min_scale"),
     ("render: {layout: canvas, min_objects: 6, max_objects: 3}", "render.min_objects"),
     ("render: {layout: canvas, max_objects: 13}", "render"),  # objects on a canvas need distinct colors (8)
@@ -522,7 +525,7 @@ def test_the_control_arm_is_its_text_parent_plus_the_image_arms_binding_loss_and
         assert params[control]["train"]["binding_loss"] == params["image_text"]["train"]["binding_loss"] > 0
         assert params[control]["train"]["keep"] == "last"
     assert "binding_loss" not in params["text_s5"]["train"]  # at its default, 0: the text arm has no binding loss
-    note = vlconfig.training_note(mini, mini["variants"])
+    note = vlconfig.training_note(mini, [*mini["variants"], "text_bind"])
     assert "text_only, noise_text: fixed-order lists (text_s4 skipped), no binding loss" in note
     assert "image_text, noise_image_text: shuffled lists (text_s4 skipped), binding loss 1 from image on" in note
     assert "text_bind: fixed-order lists (text_s4 skipped), binding loss 1 from text_bind on (1750 steps" in note
@@ -531,19 +534,52 @@ def test_the_control_arm_is_its_text_parent_plus_the_image_arms_binding_loss_and
         "text_only, noise_text, image_text, noise_image_text: shuffled lists, no binding loss")
 
 
-def test_a_changed_control_setting_reruns_only_that_control(smoke_tree, tmp_path):
-    jobs = dry_run_with(smoke_tree, tmp_path, "stages:\n  text_bind:\n    train: {lr: 0.002}\n")
-    expected = {("train_text", f"seed={s}, stage=text_bind") for s in SEEDS}
-    expected |= {("evaluate", f"variant=text_bind, run=seed{s}") for s in SEEDS}
-    expected |= {("analyze", f"analysis={a}, variant=text_bind, run=seed{s}") for a in ANALYSES for s in SEEDS}
-    expected |= {(r, "") for r in ("fig3", "fig8", "ood_table", "training_table", "circuits", "claims", "all")}
-    assert jobs == expected | {("interp_figure", f"fig={f}") for f in INTERP_FIGURES}
+def test_the_curriculum_control_is_the_image_arm_with_every_context_in_text():
+    """Each curriculum stage is its image stage's section (task, start, train: caps, binding loss) with
+    image_fraction 0, from the same parent (grounding), trained once per seed (no encoder, no projector)."""
+    from vlbind import config as vlconfig
+
+    for overlays in (["config/config.yaml"], ["config/config.yaml", "config/mini.yaml"]):
+        config = vlconfig.load([ROOT / p for p in overlays])
+        encoder = config["vision"]["encoders"][0]
+        for stage, image_stage in vlconfig.CURRICULUM.items():
+            ours, theirs = vlconfig.stage_params(config, stage), vlconfig.stage_params(config, image_stage, encoder)
+            assert ours["task"] == {**theirs["task"], "image_fraction": 0.0}
+            assert ours["train"] == theirs["train"]
+            if "start" in theirs:
+                assert ours["start"] == {**theirs["start"], "task": {**theirs["start"]["task"], "image_fraction": 0.0}}
+            assert "start" in ours or "start" not in theirs
+            assert not {"encoder", "projector"} & set(ours) and not vlconfig.uses_images(config, stage)
+            parent = vlconfig.STAGE_PARENTS[image_stage]
+            assert ours["parent"] == {v: k for k, v in vlconfig.CURRICULUM.items()}.get(parent, parent)
+            assert vlconfig.run_name(0, stage, encoder) == "seed0"
+    mini = vlconfig.load([ROOT / "config/config.yaml", ROOT / "config/mini.yaml"])
+    assert vlconfig.stage_params(mini, "curriculum_image")["start"]["task"]["max_objects"] == 2
+    assert vlconfig.stage_params(mini, "curriculum_text")["train"]["binding_loss"] == 1.0
+    assert "curriculum_text, noise_curriculum_text: shuffled lists (text_s4 skipped), binding loss 1 from " \
+           "curriculum_image on" in vlconfig.training_note(mini, mini["variants"])
+
+
+def test_a_changed_image_stage_setting_reruns_its_curriculum_copy_too(smoke_tree, tmp_path):
+    jobs = dry_run_with(smoke_tree, tmp_path, "stages:\n  image_text:\n    train: {lr: 0.002}\n")
+    expected = {("train_text", f"seed={s}, stage={st}") for s in SEEDS for st in CURRICULUM_STAGES[2:]}
+    expected |= {("train_vision", f"seed={s}, encoder={e}, stage={st}")
+                 for s in SEEDS for e in ENCODERS for st in VISION_STAGES[2:]}
+    assert jobs == expected | downstream_of_models(IMAGE_VARIANTS + CURRICULUM_VARIANTS)
+
+
+def test_a_control_added_to_variants_trains_only_itself(smoke_tree, tmp_path):
+    jobs = dry_run_with(smoke_tree, tmp_path, f"variants: [{', '.join(VARIANTS)}, text_bind]\n")
+    assert {j for j in jobs if j[0].startswith("train")} == {("train_text", f"seed={s}, stage=text_bind")
+                                                            for s in SEEDS}
+    assert {("evaluate", f"variant=text_bind, run=seed{s}") for s in SEEDS} <= jobs
 
 
 def test_the_smoke_dag_writes_the_claims_table(smoke_tree):
     claims = pd.read_csv(smoke_tree / "results/tables/claims.csv")
-    wanted = {"text_positional", "image_beats_text", "noise_helps_text", "bind_loss_helps_text",
-              "images_beyond_bind_loss", "bind_loss_learns_shuffled", "bind_loss_does_what_images_do"}
+    wanted = {"text_positional", "image_beats_text", "noise_helps_text", "images_not_curriculum",
+              "noise_images_not_curriculum", "curriculum_helps_text", "curriculum_symbolic",
+              "curriculum_learns_shuffled"}
     assert wanted <= set(claims["claim"])
     assert set(claims["verdict"]) <= {"holds", "fails", "mixed", "untested"} and claims["rule"].str.len().min() > 20
 
@@ -554,9 +590,10 @@ def test_training_priority_is_the_longest_chain_below_a_stage():
     from vlbind import config as vlconfig
 
     leaves = [s for s in vlconfig.STAGE_PARENTS if s not in vlconfig.STAGE_PARENTS.values()]
-    assert sorted(leaves) == ["noise_image_text", "noise_text_bind", "text_bind", "text_bind_shuffled"]
+    assert sorted(leaves) == ["noise_curriculum_text", "noise_image_text", "noise_text_bind", "text_bind",
+                              "text_bind_shuffled"]
     for stage in vlconfig.STAGE_PARENTS:
         longest = max(len(vlconfig.lineage(leaf)) - vlconfig.lineage(leaf).index(stage)
                       for leaf in leaves if stage in vlconfig.lineage(leaf))
         assert vlconfig.chain_below(stage) == longest, stage
-    assert vlconfig.chain_below("text_s1") == len(vlconfig.STAGE_PARENTS) - len(vlconfig.CONTROLS)
+    assert vlconfig.chain_below("text_s1") == len(vlconfig.lineage("noise_image_text"))

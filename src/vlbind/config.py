@@ -389,10 +389,11 @@ def training_note(config: dict, variants: list[str]) -> str:
     return "; ".join(f"{', '.join(vs)}: {text}" for text, vs in groups.items())
 
 
-def figure_note(config: dict, variants: list[str], analysis_order: str | None = None) -> str:
-    """A figure's note: the config's figure_note, what each variant drawn was trained on (training_note) and,
-    for the analyses' figures, the order of their prompts' association lists."""
-    parts = [config["figure_note"], "Trained: " + training_note(config, variants)]
+def figure_note(config: dict, analysis_order: str | None = None) -> str:
+    """A figure's footnote: the config's figure_note (the scale it ran at) and, for the analyses' figures, the
+    order of their prompts' association lists. What each variant was trained on (training_note) goes in the
+    report's caption."""
+    parts = [config["figure_note"]]
     if analysis_order is not None:
         parts.append(f"Analysis prompts: {'shuffled' if analysis_order == 'shuffled' else 'fixed-order'} lists")
     return " ".join(p.rstrip(".") + "." for p in parts if p)

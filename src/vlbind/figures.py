@@ -67,17 +67,12 @@ ORDER_TITLES = {"fixed": "association list in context order", "shuffled": "assoc
 @figure
 def fig3(df: pd.DataFrame, path: str | Path, note: str = "") -> pd.DataFrame:
     panels = by_order(df)
-    fig, axes = plt.subplots(1, len(panels), figsize=(6.4 * len(panels), 4.0), sharey=True, squeeze=False)
+    fig, axes = plt.subplots(1, len(panels), figsize=(6.4 * len(panels), 5.2), sharey=True, squeeze=False)
     for ax, (order, d) in zip(axes[0], panels):
         _fig3_panel(ax, d)
-        if len(panels) > 1:
-            ax.set_title(ORDER_TITLES[order], fontsize=9)
-    title = titled("Indirect retrieval: accuracy vs context size", note)
-    if len(panels) > 1:
-        fig.suptitle(title, fontsize=9)
-    else:
-        axes[0][0].set_title(title, fontsize=9)
-    return save(fig, path)
+        ax.set_title(f"Indirect retrieval, {ORDER_TITLES[order]}", fontsize=9)
+    axes[0][0].set_ylabel("accuracy (text, query by color)")
+    return save(fig, path, note)
 
 
 def _fig3_panel(ax, df: pd.DataFrame) -> None:
@@ -98,8 +93,20 @@ def _fig3_panel(ax, df: pd.DataFrame) -> None:
     for v in set(_variants(df)) - set(_variants(used)):  # every run left out: say so
         ax.plot([], [], color=VARIANT_COLORS.get(v), label=f"{v} (no run used{_left_out(summary.loc[v])})")
     ax.plot(n, 1 / n, ls=":", color="0.4", lw=1, label="chance (1 / objects)")
-    ax.set(xlabel="number of objects in context", ylabel="accuracy (text modality, query by color)", ylim=(0, 1.02))
-    ax.legend(fontsize=7, loc="upper right")
+    ax.set_xlabel("number of objects in context")
+    _legend_above(ax)
+
+
+def _legend_above(ax, fontsize: float = 6, ncol: int = 2) -> None:
+    """The legend in a band above accuracy 1, where no data is, so that it never covers a curve."""
+    rows = -(-len(ax.get_legend_handles_labels()[1]) // ncol)
+    height = ax.get_position().height * ax.figure.get_size_inches()[1] * 0.85  # inches, less what layout takes
+    band = (rows * 1.4 * fontsize + 4) / 72  # inches the legend takes
+    top = 1.03 * height / (height - band)
+    if ax.get_autoscaley_on() or ax.get_ylim()[1] < top:  # shared y axes: the panel with the most rows decides
+        ax.set(ylim=(0, top))
+    ax.set_yticks(np.linspace(0, 1, 5))
+    ax.legend(fontsize=fontsize, loc="upper center", ncol=ncol, frameon=False, borderaxespad=0.2, columnspacing=0.8)
 
 
 def _left_out(s: pd.Series) -> str:
@@ -121,13 +128,12 @@ def fig8(df: pd.DataFrame, path: str | Path, note: str = "") -> pd.DataFrame:
             why = "diverged" if is_diverged(r).iloc[0] else "not converged" if is_unconverged(r).iloc[0] else ""
             label = f"{run} (OOD {100 * ood_average(r):.1f}%{', ' + why if why else ''})"
             ax.plot(r["n_objects"], r["accuracy"], marker="o", ms=2, lw=1, ls="--" if why else "-", label=label)
-        ax.set(title=v if len(rows) == 1 else f"{v}, {order}", xlabel="number of objects", ylim=(0, 1.02))
-        ax.legend(fontsize=6, loc="lower left")
+        ax.set(title=v if len(rows) == 1 else f"{v}, {order}", xlabel="number of objects")
+        _legend_above(ax, fontsize=5.5)
         if j == 0:
             ax.set_ylabel("accuracy")
-    if note:
-        fig.suptitle(_note(note), fontsize=9)
-    return save(fig, path)
+    fig.suptitle("Accuracy vs context size, every run", fontsize=10)
+    return save(fig, path, note)
 
 
 def fig7(objects: pd.DataFrame, image_dir: Path, path: str | Path, n: int = 24, seed: int = 0) -> pd.DataFrame:
@@ -162,7 +168,7 @@ def _label_bars(ax, shares: pd.DataFrame) -> None:
         if label in shares:
             ax.bar(shares.index, shares[label], bottom=bottom, color=color, label=label, width=0.85)
             bottom += shares[label].to_numpy()
-    ax.set(xlabel="layer (residual stream entering it)", ylim=(0, 1))
+    ax.set(xlabel="layer (residual stream entering it)", ylim=(0, 1.02))
 
 
 def _shares(df: pd.DataFrame) -> pd.DataFrame:
@@ -195,17 +201,17 @@ def fig4(df: pd.DataFrame, path, note: str = "", circuits: pd.DataFrame | None =
             by_label.setdefault(labels.get((v, run), ("", "answer")), []).append(run)
         for (label, position), rs in by_label.items():
             title = v if len(by_label) == 1 else f"{v}: {label} ({', '.join(rs)})"
-            panels.append((f"{title}, patched at {position}", _at(d[d["run"].isin(rs)], position)))
-    fig, axes = plt.subplots(1, len(panels), figsize=(3.6 * len(panels), 3.2), sharey=True, squeeze=False)
-    for ax, (title, d) in zip(axes[0], panels):
+            panels.append((title, position, _at(d[d["run"].isin(rs)], position)))
+    width = 3.6
+    fig, axes = plt.subplots(1, len(panels), figsize=(width * len(panels), 4.2), sharey=True, squeeze=False)
+    for ax, (title, position, d) in zip(axes[0], panels):
         _label_bars(ax, _shares(d))
         kept = d.groupby("run")["pairs_kept"].first().sum()
-        ax.set_title(f"{title}\n{d['run'].nunique()} runs, {kept} pairs", fontsize=7)
+        ax.set_title(f"{textwrap.fill(title, int(width * 14))}\npatched at {position}; {d['run'].nunique()} runs, "
+                     f"{kept} pairs", fontsize=7)
+    _legend_above(axes[0][0], ncol=3)  # shared y: every panel keeps the band
     axes[0][0].set_ylabel("share of patched answers")
-    axes[0][-1].legend(fontsize=6, loc="upper left", bbox_to_anchor=(1.0, 1.0))
-    fig.suptitle(titled("Interchange interventions: binding mechanism per layer (the last layer is the read-out)",
-                        note), fontsize=9)
-    return save(fig, path)
+    return save(fig, path, note)
 
 
 @figure
@@ -223,11 +229,12 @@ def fig9(df: pd.DataFrame, path, note: str = "", circuits: pd.DataFrame | None =
         position = "answer" if c is None else _label_position(c)
         _label_bars(ax, _shares(_at(df[(df["variant"] == v) & (df["run"] == run)], position)))
         weak = " (weak)" if c is not None and str(getattr(c, "weak", "")) == "True" else ""  # csv: True, False or empty
-        extra = "" if c is None else f"\n{c.circuit}{weak}, first spike at layer {c.spike_layer}"
+        spike = "no spike" if c is None or pd.isna(c.spike_layer) else f"first spike at layer {int(c.spike_layer)}"
+        extra = "" if c is None else f"\n{c.circuit}{weak}, {spike}"
         ax.set_title(f"{v} / {run}, patched at {position}{extra}", fontsize=7)
-    axes.flat[0].legend(fontsize=5)
-    fig.suptitle(titled("Interchange interventions per run", note), fontsize=9)
-    return save(fig, path)
+    _legend_above(axes.flat[0], fontsize=5, ncol=3)  # shared y: every panel keeps the band
+    fig.suptitle("Interchange interventions per run", fontsize=9)
+    return save(fig, path, note)
 
 
 @figure
@@ -250,8 +257,8 @@ def fig10(df: pd.DataFrame, path, note: str = "", circuits: pd.DataFrame | None 
         axes[1][k].barh([f"{s} -> {t}" for s, t in m.index], m.to_numpy(), color="tab:red")
         axes[1][k].set(xlabel="accuracy drop", title="matching edges (same object)")
         axes[1][k].tick_params(labelsize=6)
-    fig.suptitle(titled("Attention knockouts, all layers", note), fontsize=9)
-    return save(fig, path)
+    fig.suptitle("Attention knockouts, all layers", fontsize=9)
+    return save(fig, path, note)
 
 
 @figure
@@ -276,8 +283,8 @@ def fig11(df: pd.DataFrame, path, note: str = "", circuits: pd.DataFrame | None 
     axes[0][-1].legend(fontsize=6)
     for ax in axes[-1]:
         ax.set_xlabel("layer")
-    fig.suptitle(titled("Linear probes: what each position's residual stream holds (dotted: chance)", note), fontsize=9)
-    return save(fig, path)
+    fig.suptitle("Linear probes: what each position's residual stream holds (dotted: chance)", fontsize=9)
+    return save(fig, path, note)
 
 
 @figure
@@ -296,8 +303,8 @@ def fig12(df: pd.DataFrame, path, note: str = "", circuits: pd.DataFrame | None 
         axes[0][j].legend(fontsize=5)
     for ax in axes[:, 0]:
         ax.set_ylabel("probe accuracy - chance")
-    fig.suptitle(titled("Binding signature per run", note), fontsize=9)
-    return save(fig, path)
+    fig.suptitle("Binding signature per run", fontsize=9)
+    return save(fig, path, note)
 
 
 @figure
@@ -310,8 +317,8 @@ def fig13(df: pd.DataFrame, path, note: str = "", circuits: pd.DataFrame | None 
     sns.heatmap(table, ax=ax, cmap="Reds", vmin=0, annot=True, fmt=".2f", annot_kws={"fontsize": 6})
     ax.set(xlabel="", ylabel="")
     ax.tick_params(labelsize=6)
-    ax.set_title(titled("Matching-edge knockouts per run (accuracy drop)", note), fontsize=9)
-    return save(fig, path)
+    ax.set_title("Matching-edge knockouts per run (accuracy drop)", fontsize=9)
+    return save(fig, path, note)
 
 
 @figure
@@ -327,29 +334,44 @@ def fig_layer_relevance(df: pd.DataFrame, path, note: str = "", circuits: pd.Dat
         ax.title.set_fontsize(8)
     axes[0][0].set_ylabel("accuracy drop when the block is skipped")
     axes[0][-1].legend(fontsize=6)
-    fig.suptitle(titled("Layer relevance: similarity vs removal", note), fontsize=9)
-    return save(fig, path)
+    fig.suptitle("Layer relevance: similarity vs removal", fontsize=9)
+    return save(fig, path, note)
 
 
-def titled(title: str, note: str) -> str:
-    """`title`, then the config's figure note (if any) on the lines below it."""
-    return f"{title}\n{_note(note)}" if note else title
+FOOTNOTE_PT = 6.5  # the footnote's font size; a line of it takes FOOTNOTE_PT * 1.5 / 72 inches
 
 
-def _note(note: str, width: int = 90) -> str:
-    """The config's figure note, wrapped so that it fits the narrowest figure."""
-    return textwrap.fill(note, width)
-
-
-def save(fig, path) -> pd.DataFrame:
-    """Lay out `fig`, write it to `path` atomically (its format from the suffix), close it and return what it
-    drew (`plotted`): every figure function returns that, so tests check the data, not just a file header."""
+def save(fig, path, note: str = "") -> pd.DataFrame:
+    """Lay out `fig` with `note` (the config's figure note: the scale it was run at) as a footnote along its
+    bottom edge, write it to `path` atomically (its format from the suffix), close it and return what it drew
+    (`plotted`): every figure function returns that, so tests check the data, not just a file header. What
+    each variant was trained on is the report caption's (config.training_note), not the figure's."""
     path = Path(path)
-    fig.tight_layout()
+    bottom = 0.0
+    if note:
+        width, height = fig.get_size_inches()
+        text = textwrap.fill(note, max(40, int(width * 72 / (FOOTNOTE_PT * 0.5))))  # ~half an em per character
+        fig.text(0.005, 0.005, text, fontsize=FOOTNOTE_PT, color="0.3", ha="left", va="bottom")
+        bottom = (text.count("\n") + 1) * FOOTNOTE_PT * 1.5 / 72 / height
+    fig.tight_layout(rect=(0, bottom, 1, 1))
     drawn = plotted(fig)
+    drawn.attrs["layout"] = layout(fig)
     atomic_write(path, lambda tmp: fig.savefig(tmp, format=path.suffix.lstrip(".")))
     plt.close(fig)
     return drawn
+
+
+def layout(fig) -> dict:
+    """How much of the figure its plots take: `axes_height` (from the lowest panel's bottom to the highest's top)
+    and `axes_area` (the box around every panel, colorbars left out), each a fraction of the figure's; and
+    `legend_bottom`, the lowest legend's bottom edge in its panel's data coordinates."""
+    fig.canvas.draw()
+    boxes = [ax.get_position() for ax in fig.axes if ax.get_label() != "<colorbar>" and ax.axison]
+    height = max(b.y1 for b in boxes) - min(b.y0 for b in boxes)
+    legends = [ax.transData.inverted().transform(ax.get_legend().get_window_extent())[0, 1]
+               for ax in fig.axes if ax.get_legend() is not None]
+    return {"axes_area": (max(b.x1 for b in boxes) - min(b.x0 for b in boxes)) * height, "axes_height": height,
+            "legend_bottom": min(legends, default=float("nan"))}
 
 
 def plotted(fig) -> pd.DataFrame:

@@ -85,10 +85,6 @@ ANALYSES = list(vlbind.interp.ANALYSES)
 INTERP_FIGURES = {fig: analysis for analysis, figs in vlbind.interp.ANALYSES.items() for fig in figs}
 
 
-def figure_note(variants, analysis_order=None):
-    return vlconfig.figure_note(config, variants, analysis_order)
-
-
 def interp_tables(analysis):
     return [
         f"results/interp/{analysis}/{v}/{run}.parquet"

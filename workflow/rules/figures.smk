@@ -19,7 +19,8 @@ rule fig3:
     conda:
         "../envs/vlbind.yaml"
     params:
-        note=figure_note(config["variants"]),
+        note=vlconfig.figure_note(config),
+        trained=vlconfig.training_note(config, config["variants"]),  # the caption's
     script:
         "../../scripts/figure.py"
 

@@ -90,6 +90,7 @@ rule interp_figure:
     conda:
         "../envs/vlbind.yaml"
     params:
-        note=figure_note(config["interp"]["variants"], config["interp"]["order"]),
+        note=vlconfig.figure_note(config, config["interp"]["order"]),
+        trained=vlconfig.training_note(config, config["interp"]["variants"]),  # the caption's
     script:
         "../../scripts/interp_figure.py"

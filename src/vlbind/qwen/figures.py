@@ -12,7 +12,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from ..figures import registry, save, titled  # noqa: E402
+from ..figures import registry, save  # noqa: E402
 
 TASK_TITLES = {"direct": "Direct Retrieval", "indirect": "Indirect Retrieval"}
 FIGURES: dict = {}  # the figures the Qwen rules draw by name
@@ -45,8 +45,8 @@ def fig2(df: pd.DataFrame, path: str | Path, note: str = "") -> pd.DataFrame:
         ax.set(title=TASK_TITLES[task], xlabel="context length (pairs)", ylim=(0, 1.02))
     axes[0].set_ylabel("accuracy (output contains the city)")
     axes[1].legend(fontsize=7)
-    fig.suptitle(titled("Pretrained LLMs vs VLMs: retrieval in text (solid: VLM, dashed: LLM)", note), fontsize=9)
-    return save(fig, path)
+    fig.suptitle("Pretrained LLMs vs VLMs: retrieval in text (solid: VLM, dashed: LLM)", fontsize=9)
+    return save(fig, path, note)
 
 
 @figure
@@ -64,8 +64,8 @@ def fig6(df: pd.DataFrame, path: str | Path, note: str = "") -> pd.DataFrame:
             ax.legend(fontsize=7)
         axes[0, 0].set_ylabel("accuracy")
         axes[1, 0].set_ylabel("accuracy")
-    fig.suptitle(titled("Retrieval per Qwen generation (appendix A)", note), fontsize=9)
-    return save(fig, path)
+    fig.suptitle("Retrieval per Qwen generation (appendix A)", fontsize=9)
+    return save(fig, path, note)
 
 
 def _probe_figure(df: pd.DataFrame, path, role: str, title: str, note: str) -> pd.DataFrame:
@@ -80,8 +80,8 @@ def _probe_figure(df: pd.DataFrame, path, role: str, title: str, note: str) -> p
         ax.set(title=gen, xlabel="layer (residual stream entering it)", ylim=(0, 1.02))
         ax.legend(fontsize=7)
     axes[0, 0].set_ylabel("color probe accuracy (dotted: chance)")
-    fig.suptitle(titled(title, note), fontsize=9)
-    return save(fig, path)
+    fig.suptitle(title, fontsize=9)
+    return save(fig, path, note)
 
 
 @figure
