@@ -30,6 +30,7 @@ import yaml
 
 from vlbind import config as vlconfig
 from vlbind.checkpoint import optimizer_tensors, save_tensors
+from vlbind.device import precision_for
 from vlbind.model import ModelConfig, Transformer
 from vlbind.tasks import StageSpec
 from vlbind.train import TrainConfig, make_optimizer, train_stage
@@ -71,7 +72,7 @@ def run(arm: str, seed: int, paper: bool, stages: list[str], cap: int, target: f
         params["train"]["max_steps"] = min(cap, params["train"]["max_steps"])
         if target is not None:
             params["train"]["target_accuracy"] = target
-        cfg = TrainConfig.from_section(params["train"], seed, device)
+        cfg = TrainConfig.from_section(params["train"], seed, precision_for(params["train"]["precision"], device))
         opt = make_optimizer(model.to(device), cfg)  # what train_stage makes; kept to save its last state
         meta = train_stage(model, StageSpec.from_dict(params["task"]), cfg, out / name / stage, stage=stage,
                            device=device, optimizer=opt)

@@ -47,6 +47,7 @@ import yaml
 
 from vlbind import config as vlconfig
 from vlbind.checkpoint import load_model, load_optimizer_tensors, load_tensors
+from vlbind.device import precision_for
 from vlbind.inference import accuracy
 from vlbind.tasks import StageSpec, batch_sizes, generate
 from vlbind.train import TrainConfig, make_optimizer, train_stage
@@ -137,7 +138,7 @@ def _train(arm, seed, parents, paper, steps, target, device, compile_, out, row,
     spec = StageSpec.from_dict({**params["task"], "shuffle": True, **task_keys})
     train = {**params["train"], **train_keys, "compile": compile_, "max_steps": steps,
              "target_accuracy": target, "plateau_above_chance": LEFT_CHANCE}
-    cfg = TrainConfig.from_section(train, seed, device)
+    cfg = TrainConfig.from_section(train, seed, precision_for(train["precision"], device))
     parent = Path(parents.format(seed=seed))
     model, _ = load_model(parent, device)
     opt = None

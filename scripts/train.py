@@ -15,7 +15,7 @@ from vlbind.train import TrainConfig, train_stage
 sm = snakemake  # noqa: F821 (injected by Snakemake)
 setup_logging(sm.log[0], history=Path(sm.output.model).with_name("train.log"))  # keeps killed attempts
 params, seed = sm.params.stage, int(sm.wildcards.seed)
-device, _ = job_device(sm.params.device, sm.threads, params["train"]["precision"])
+device, precision = job_device(sm.params.device, sm.threads, params["train"]["precision"])
 torch.manual_seed(seed)
 parent = str(Path(sm.input.parent[0]).parent) if sm.input.parent else None
 if parent:
@@ -28,6 +28,6 @@ if "features" in sm.input.keys():
 if "projector" in params:  # the first image stage gives the text model its visual projector
     model.attach_projector(bank.dim, params["projector"]["mult"], params["projector"]["scale"])
 start = params.get("start")
-train_stage(model, StageSpec.from_dict(params["task"]), TrainConfig.from_section(params["train"], seed, device),
+train_stage(model, StageSpec.from_dict(params["task"]), TrainConfig.from_section(params["train"], seed, precision),
             Path(sm.output.model).parent, stage=params["stage"], device=device, parent=parent, bank=bank,
             start=(StageSpec.from_dict(start["task"]), start["steps"]) if start else None)

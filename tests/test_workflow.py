@@ -339,6 +339,21 @@ def test_paper_config_dry_run_lists_every_stage_for_4_seeds_and_3_encoders(tmp_p
                       "train_vision": 4 * 3 * len(VISION_STAGES), "evaluate": 4 * 2 + 4 * 3 * 2}
 
 
+@pytest.mark.parametrize("overlays", [[], ["config/mini.yaml"], ["config/smoke.yaml"]])
+def test_validation_reads_a_config_and_never_changes_it(overlays):
+    """Derived sections (the controls' tasks, the curriculum control's stages) are read through
+    config.stage_section, never written into the config."""
+    import copy
+
+    from vlbind import config as vlconfig
+
+    raw = {}
+    for path in ["config/config.yaml", *overlays]:
+        raw = vlconfig.deep_merge(raw, yaml.safe_load((ROOT / path).read_text()))
+    before = copy.deepcopy(raw)
+    assert vlconfig.validate(raw) == before and raw == before
+
+
 def test_rule_params_do_not_depend_on_the_order_keys_were_merged_in():
     """Snakemake compares params as written: the same settings in another key order must not rerun a job."""
 

@@ -34,9 +34,9 @@ VARIANT_STAGE = {"text_only": "text_s5", "noise_text": "noise_text", "image_text
                  "noise_image_text": "noise_image_text", "text_bind": "text_bind", "noise_text_bind": "noise_text_bind",
                  "text_bind_shuffled": "text_bind_shuffled", "curriculum_text": "curriculum_text",
                  "noise_curriculum_text": "noise_curriculum_text"}
-# The control arm: each control stage -> the image-arm stage whose binding-loss weight it must use. A control
-# trains on its parent's task (text_bind_shuffled: the same task with the list shuffled): validate() copies it
-# there and checks the weight, so the control and its text parent differ in the binding loss alone.
+# The binding-loss control: each control stage -> the image-arm stage whose binding-loss weight it must use. A
+# control trains on its parent's task (text_bind_shuffled: the same task with the list shuffled; stage_section
+# derives it) and validate() checks the weight, so the control and its text parent differ in the binding loss alone.
 CONTROLS = {"text_bind": "image_text", "noise_text_bind": "noise_image_text", "text_bind_shuffled": "image_text"}
 # The curriculum control: each of its stages -> the image-arm stage it copies, section for section (task, start,
 # train: the same starts, caps and binding loss), with image_fraction 0: the image arm's curriculum without images.
@@ -103,7 +103,7 @@ def validate(config: dict) -> dict:
     missing = set(STAGE_PARENTS) - set(CURRICULUM) - set(config["stages"])
     if missing:
         raise _error("stages", f"missing stages {sorted(missing)}")
-    _derive_controls(config)
+    _check_controls(config)
     specs = _stage_specs(config)
     _check_stages(config, specs)
     _check_model(config, specs)
@@ -122,7 +122,8 @@ def _stage_specs(config: dict) -> dict:
     from .tasks import StageSpec
 
     specs = {}
-    for name, stage in config["stages"].items():
+    for name in STAGE_PARENTS:
+        stage = stage_section(config, name)
         tasks = {f"stages.{name}.task": stage["task"]}
         if "start" in stage:
             tasks[f"stages.{name}.start.task"] = {**stage["task"], **stage["start"]["task"]}
@@ -150,15 +151,19 @@ def _check_stages(config: dict, specs: dict) -> None:
                              f"colors: render.n_colors, shapes: the {len(SHAPES)} of vlbind.render.SHAPES)")
 
 
-def _derive_controls(config: dict) -> None:
-    """Give each control stage its parent's task (in place; `shuffle` on for text_bind_shuffled) and check that
-    its binding loss is the image arm's: a control is its text parent plus that aid and nothing else."""
+def _control_task(config: dict, control: str) -> dict:
+    """A binding-loss control's task: its text parent's (`shuffle` on for text_bind_shuffled)."""
+    task = dict(config["stages"][STAGE_PARENTS[control]]["task"])
+    return {**task, "shuffle": True} if control.endswith("_shuffled") else task
+
+
+def _check_controls(config: dict) -> None:
+    """A binding-loss control is its text parent plus the image arm's binding loss and nothing else: a task
+    written for it must be its parent's (stage_section derives it), its binding loss the image arm's."""
     for control, image_stage in CONTROLS.items():
-        parent = STAGE_PARENTS[control]
-        task = dict(config["stages"][parent]["task"])
-        task = {**task, "shuffle": True} if control.endswith("_shuffled") else task
-        if config["stages"][control].setdefault("task", task) != task:
-            raise _error(f"stages.{control}.task", f"is stages.{parent}.task"
+        given = config["stages"][control].get("task")
+        if given is not None and given != _control_task(config, control):
+            raise _error(f"stages.{control}.task", f"is stages.{STAGE_PARENTS[control]}.task"
                          f"{' with shuffle: true' if control.endswith('_shuffled') else ''}; set it there")
         weight, image_weight = (stage_train(config, s).get("binding_loss", 0.0) for s in (control, image_stage))
         if weight != image_weight:
@@ -246,8 +251,11 @@ def canonical(value):
 
 
 def stage_section(config: dict, stage: str) -> dict:
-    """A stage's section of `stages`; a curriculum-control stage's is its image stage's with image_fraction 0
-    (CURRICULUM), in the task and in the start task."""
+    """A stage's section of `stages`, derived for the controls (never written into `config`): a binding-loss
+    control's task is its parent's (CONTROLS), a curriculum-control stage's section its image stage's with
+    image_fraction 0 in the task and the start task (CURRICULUM)."""
+    if stage in CONTROLS:
+        return {**config["stages"][stage], "task": _control_task(config, stage)}
     if stage not in CURRICULUM:
         return config["stages"][stage]
     section = copy.deepcopy(config["stages"][CURRICULUM[stage]])

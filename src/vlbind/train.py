@@ -42,7 +42,6 @@ import torch.nn.functional as F
 
 from . import __version__
 from .checkpoint import load_optimizer_tensors, load_tensors, optimizer_tensors, read_metadata, save_model, save_tensors
-from .device import precision_for
 from .files import CorruptFileError
 from .inference import accuracy, answer_logits
 from .model import Transformer
@@ -106,11 +105,12 @@ class TrainConfig:
         return from_dict(cls, d)
 
     @classmethod
-    def from_section(cls, train: dict, seed: int, device: str) -> TrainConfig:
-        """From a (merged) config `train` section, with the precision chosen for `device`."""
-        t = dict(train)
-        precision = t.pop("precision", {})
-        return cls.from_dict({**t, "seed": seed, "precision": precision_for(precision, device)})
+    def from_section(cls, train: dict, seed: int, precision: str) -> TrainConfig:
+        """From a (merged) config `train` section (config.stage_train) and the autocast precision already
+        resolved for the job's device (device.job_device, or precision_for): the section's own `precision`
+        entry, the config's per-device table, is that table, not a choice, and is left out."""
+        return cls.from_dict({**{k: v for k, v in train.items() if k != "precision"}, "seed": seed,
+                              "precision": precision})
 
 
 def make_optimizer(model: torch.nn.Module, cfg: TrainConfig) -> torch.optim.AdamW:
