@@ -11,6 +11,12 @@ SEEDS = config["seeds"]
 ENCODERS = config["vision"]["encoders"]
 LAYOUT = config["render"]["layout"]
 BANK = f"results/banks/{LAYOUT}"
+# what a model-training job asks a scheduler for (training, encoder pretraining, feature extraction)
+TRAIN_RESOURCES = {
+    "gpu": config["resources"]["gpus"],
+    "runtime": config["resources"]["train_runtime_min"],
+    "mem_mb": config["resources"]["train_mem_mb"],
+}
 
 
 wildcard_constraints:

@@ -22,9 +22,7 @@ rule train_text:
         "../envs/vlbind.yaml"
     threads: config["resources"]["threads"]
     resources:
-        gpu=config["resources"]["gpus"],
-        runtime=config["resources"]["train_runtime_min"],
-        mem_mb=config["resources"]["train_mem_mb"],
+        **TRAIN_RESOURCES,
     params:
         stage=lambda wc: vlconfig.stage_params(config, wc.stage),
         device=config["device"],
@@ -32,7 +30,7 @@ rule train_text:
         "../../scripts/train.py"
 
 
-rule train_vision:
+use rule train_text as train_vision with:
     input:
         unpack(stage_features),
         parent=parent_model,
@@ -46,16 +44,6 @@ rule train_vision:
         "results/benchmarks/train/seed{seed}-{encoder}/{stage}.tsv"
     wildcard_constraints:
         stage="|".join(vlconfig.VISION_STAGES),
-    priority: lambda wc: 10 + vlconfig.chain_below(wc.stage)  # training first, the longest chains first
-    conda:
-        "../envs/vlbind.yaml"
-    threads: config["resources"]["threads"]
-    resources:
-        gpu=config["resources"]["gpus"],
-        runtime=config["resources"]["train_runtime_min"],
-        mem_mb=config["resources"]["train_mem_mb"],
     params:
         stage=lambda wc: vlconfig.stage_params(config, wc.stage, wc.encoder),
         device=config["device"],
-    script:
-        "../../scripts/train.py"

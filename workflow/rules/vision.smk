@@ -31,9 +31,7 @@ rule pretrain_encoder:
         "../envs/vlbind.yaml"
     threads: config["resources"]["threads"]
     resources:
-        gpu=config["resources"]["gpus"],
-        runtime=config["resources"]["train_runtime_min"],
-        mem_mb=config["resources"]["train_mem_mb"],
+        **TRAIN_RESOURCES,
     params:
         encoder=lambda wc: vlconfig.encoder_spec(config, wc.encoder),
         size=config["render"]["size"],
@@ -61,9 +59,7 @@ rule extract_features:
         "../envs/vlbind.yaml"
     threads: config["resources"]["threads"]
     resources:
-        gpu=config["resources"]["gpus"],
-        runtime=config["resources"]["train_runtime_min"],
-        mem_mb=config["resources"]["train_mem_mb"],
+        **TRAIN_RESOURCES,
     params:
         encoder=lambda wc: vlconfig.encoder_spec(config, wc.encoder),
         batch_size=config["vision"]["extract_batch_size"],
