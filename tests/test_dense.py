@@ -43,7 +43,7 @@ def single_query(b, slot, bank=None):
         picture[r, 0] = b.image_ids[r, t]
     else:
         picture[r, b.slots[r, t]] = b.image_ids[r, t]
-    return assemble(b.n_objects, b.colors, b.shapes, b.items, b.association_order, slot, b.kind, b.query_by,
+    return assemble(b.n_objects, b.colors, b.shapes, b.items, b.association_slots, slot, b.kind, b.query_by,
                     b.noise, b.modality, picture, bank)
 
 

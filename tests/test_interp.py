@@ -142,7 +142,7 @@ def test_cached_all_layer_patching_equals_full_forward_patching_layer_by_layer(m
 def test_kv_cache_extension_equals_the_full_forward(model):
     """Transformer.extend over cached keys/values gives the full forward's last positions."""
     from vlbind.model import cache_hook
-    b = analysis_prompts(8, seed=6)[0]
+    b = analysis_prompts(8, seed=6, order="shuffled")[0]
     tokens, positions, _ = model_inputs(b, "cpu")
     store = {}
     names = [f"blocks.{i}.attn.hook_{kv}" for i in range(3) for kv in "kv"]
@@ -158,7 +158,7 @@ def test_kv_cache_extension_equals_the_full_forward(model):
 
 
 def test_sweep_counts_pairs_and_shares_sum_to_one_per_layer(model):
-    table, info = sweep(model, 256, seed=0)  # the random model solves few pairs: 256 keep at least one
+    table, info = sweep(model, 256, seed=0, order="shuffled")  # a random model solves few pairs: 256 keep some
     assert info["generated"] == 256 and info["kept"] + info["dropped"] == 256 and info["kept"] > 0
     assert set(table["label"]) == set(LABELS) and table["layer"].nunique() == model.cfg.n_layers + 1
     assert list(table["position"].unique()) == list(POSITIONS)
@@ -245,13 +245,13 @@ NO_PROBES = pd.DataFrame(columns=["role", "attribute", "layer", "accuracy", "cha
 
 def test_a_model_that_answers_at_the_query_token_reads_none_at_answer_and_its_effect_at_the_query(model):
     late = with_a_late_copy(model)
-    b = analysis_prompts(16, seed=3)[0]
+    b = analysis_prompts(16, seed=3, order="shuffled")[0]
     tokens, positions, _ = model_inputs(b, "cpu")
     rows, ans = torch.arange(len(b)), torch.as_tensor(b.answer_pos)
     with torch.no_grad():
         torch.testing.assert_close(late(tokens, positions)[rows, ans], model(tokens, positions)[rows, ans - 1],
                                    rtol=1e-3, atol=1e-3)  # its answer is the query token's
-    table, info = sweep(late, 1024, seed=0)
+    table, info = sweep(late, 1024, seed=0, order="shuffled")
     assert info["kept"] >= 10
     share = table.pivot_table(index=["position", "layer"], columns="label", values="fraction")
     n = late.cfg.n_layers  # block n - 1 copies; layer n is the read-out (the stream after the last block)
@@ -290,14 +290,14 @@ def test_every_label_carries_its_margin_and_a_weak_flag(shares, weak):
 # --- knockouts ------------------------------------------------------------------------------------------
 
 def test_knocking_out_no_edge_leaves_accuracy_unchanged(model):
-    batches = analysis_prompts(64, seed=0)
+    batches = analysis_prompts(64, seed=0, order="shuffled")
     none = [np.zeros((len(b), b.tokens.shape[1], b.tokens.shape[1]), bool) for b in batches]
     assert accuracy_with_knockout(model, batches, none) == accuracy_with_knockout(model, batches, None)
 
 
 def test_blocking_every_edge_out_of_answer_makes_the_answer_blind(model):
     """[ANSWER] then sees only itself: the same logits for every prompt, so accuracy <= chance."""
-    batches = analysis_prompts(64, seed=1)
+    batches = analysis_prompts(64, seed=1, order="shuffled")
     masks = []
     for b in batches:
         T = b.tokens.shape[1]
@@ -316,7 +316,7 @@ def test_blocking_every_edge_out_of_answer_makes_the_answer_blind(model):
 
 
 def test_matching_edges_connect_the_same_object():
-    (b,) = analysis_prompts(16, seed=2)
+    (b,) = analysis_prompts(16, seed=2, order="shuffled")
     for source, target in MATCHING:
         mask = edge_mask(b, source, target, matching=True)
         r, i, j = np.nonzero(mask)
@@ -331,7 +331,7 @@ def test_matching_edges_connect_the_same_object():
 
 
 def test_knockout_table_reports_every_edge(model):
-    t = knockout_table(model, 32, seed=0)
+    t = knockout_table(model, 32, seed=0, order="shuffled")
     assert len(t[t["kind"] == "matching"]) == len(MATCHING) and (t["baseline"] == t["baseline"].iloc[0]).all()
     impossible = t[(t["source"] == "context color") & (t["target"] == "answer")]
     assert impossible["accuracy"].isna().all()  # [ANSWER] never precedes a context color
@@ -355,7 +355,7 @@ def test_probe_recovers_a_planted_signal_and_stays_at_chance_on_shuffled_labels(
 
 
 def test_probe_table_reads_token_identity_at_its_own_position(model):
-    t = probe_table(model, ProbeConfig(train_prompts=256, test_prompts=128))
+    t = probe_table(model, ProbeConfig(train_prompts=256, test_prompts=128), order="shuffled")
     own = t[(t["role"] == "context color") & (t["attribute"] == "color") & (t["layer"] == 0)]["accuracy"].item()
     assert own > 0.5  # layer 0 is the token embedding: the color is right there
     assert set(t["layer"]) == set(range(model.cfg.n_layers + 1))
@@ -364,7 +364,7 @@ def test_probe_table_reads_token_identity_at_its_own_position(model):
 # --- layer relevance ------------------------------------------------------------------------------------
 
 def test_skipping_no_block_changes_nothing_and_skipping_one_equals_leaving_it_out(model):
-    batches = analysis_prompts(32, seed=3)
+    batches = analysis_prompts(32, seed=3, order="shuffled")
     with torch.no_grad():  # accuracy recomputed from full forward passes
         hits = [(model(*model_inputs(b, "cpu")[:2])[np.arange(len(b)), b.answer_pos].argmax(-1).numpy() == b.target)
                 for b in batches]
@@ -384,7 +384,7 @@ def test_skipping_no_block_changes_nothing_and_skipping_one_equals_leaving_it_ou
 
 
 def test_block_cosines_match_a_direct_computation(model):
-    batches = analysis_prompts(16, seed=4)
+    batches = analysis_prompts(16, seed=4, order="shuffled")
     cos = block_cosines(model, batches)
     b = batches[0]
     tokens, positions, _ = model_inputs(b, "cpu")
@@ -434,10 +434,10 @@ def test_every_analysis_runs_on_the_order_it_is_given(model, analysis, monkeypat
     settings = {"interchange": {"pairs": 8, "seed": 1}, "knockout": {"prompts": 8, "seed": 1},
                 "probes": {"train_prompts": 16, "test_prompts": 8, "ridge": 1.0, "seed": 1},
                 "layer_relevance": {"prompts": 8, "seed": 1}}[analysis]
-    analyze(analysis, model, settings, order="fixed")
+    analyze(analysis, model, settings, "cpu", order="fixed", precision="fp32")
     assert seen and not any(seen)
     seen.clear()
-    analyze(analysis, model, settings, order="shuffled")
+    analyze(analysis, model, settings, "cpu", order="shuffled", precision="fp32")
     assert seen and all(seen)
 
 
@@ -453,7 +453,7 @@ def test_every_analysis_runs_in_the_precision_it_is_given(model, analysis):
         seen = set()
         with model.hooks([(f"blocks.{i}.hook_mlp_out", lambda x, name, seen=seen: seen.add(x.dtype))
                           for i in range(model.cfg.n_layers)]):
-            tables[precision], _ = analyze(analysis, model, settings, order="fixed", precision=precision)
+            tables[precision], _ = analyze(analysis, model, settings, "cpu", order="fixed", precision=precision)
         assert seen == {dtype}
     fp32, bf16 = tables["fp32"], tables["bf16"]
     assert list(fp32.columns) == list(bf16.columns) and len(fp32) == len(bf16)
@@ -471,4 +471,4 @@ def test_the_registry_names_each_analysis_module_and_figures_that_exist():
     drawn = {f for figs in ANALYSES.values() for f in figs}
     assert set(figures.FIGURES) - drawn == {"fig3", "fig8"}  # drawn from the evaluation tables
     with pytest.raises(ValueError, match="valid"):
-        analyze("patching", None, {})
+        analyze("patching", None, {}, "cpu", "fixed", "fp32")

@@ -93,7 +93,7 @@ def test_stage_constraints(stage):
         assert shapes.min() >= VOCAB.shape_offset and shapes.max() < VOCAB.shape_offset + spec.n_shapes
         if len(items):
             assert items.min() >= VOCAB.item_offset and items.max() < VOCAB.item_offset + spec.n_items
-    orders = b.association_order
+    orders = b.association_slots
     identity = np.all((orders == np.arange(spec.max_objects)) | (orders < 0), axis=1)
     if spec.shuffle:
         assert not identity[b.kind == RETRIEVAL].all()

@@ -126,8 +126,10 @@ class StageSpec:
         return replace(self, lookup_fraction=0.0, solo_fraction=0.0)
 
 
-ORDERS = ("fixed", "shuffled")  # association list in context order or in random order (StageSpec.shuffle)
-PAPER_ORDER = "shuffled"  # the paper's (config key interp.order); the analyses' default
+# "order" names one thing: how a prompt's association list is laid out, in context order or in random order
+# (StageSpec.shuffle is the same choice as a task setting; Batch.association_slots is where each entry went). The
+# analyses take it from their entry point (config key interp.order; the paper's: shuffled), never a default.
+ORDERS = ("fixed", "shuffled")
 
 
 def in_order(spec: StageSpec, order: str) -> StageSpec:
@@ -158,7 +160,7 @@ class Batch:
     colors: np.ndarray  # (B, P) color token id of slot p, -1 beyond n_objects
     shapes: np.ndarray  # (B, P)
     items: np.ndarray  # (B, P) item bound to slot p
-    association_order: np.ndarray  # (B, P) slot of association entry j, -1 beyond n_objects
+    association_slots: np.ndarray  # (B, P) slot of association entry j, -1 beyond n_objects
     query_slot: np.ndarray  # (B,)
     kind: np.ndarray  # (B,) RETRIEVAL or GROUNDING: the prompt's kind
     query_by: np.ndarray  # (B,) BY_COLOR or BY_SHAPE
@@ -206,10 +208,10 @@ def generate(spec: StageSpec, batch_size: int, rng: np.random.Generator, *, n_ob
     valid = np.arange(P)[None, :] < n[:, None]
     if spec.shuffle:
         keys = np.where(valid, rng.random((B, P)), 2.0)
-        order = np.argsort(keys, axis=1, kind="stable")
+        entry_slots = np.argsort(keys, axis=1, kind="stable")
     else:
-        order = np.broadcast_to(np.arange(P), (B, P)).copy()
-    order[~valid] = -1
+        entry_slots = np.broadcast_to(np.arange(P), (B, P)).copy()
+    entry_slots[~valid] = -1
     query_slot = (rng.random(B) * n).astype(np.int64)
     kind_ = _choice(rng, B, spec.grounding_fraction, kind, GROUNDING, RETRIEVAL)
     for fraction, practice in ((spec.lookup_fraction, LOOKUP), (spec.solo_fraction, SOLO)):
@@ -240,15 +242,15 @@ def generate(spec: StageSpec, batch_size: int, rng: np.random.Generator, *, n_ob
     colors = np.where(valid, vocab.color_offset + color_idx, -1)
     shapes = np.where(valid, vocab.shape_offset + shape_idx, -1)
     items[~valid] = -1
-    batch = assemble(n, colors, shapes, items, order, query_slot, kind_, by, gap, modal, picture, bank, vocab)
+    batch = assemble(n, colors, shapes, items, entry_slots, query_slot, kind_, by, gap, modal, picture, bank, vocab)
     return _materialize(batch, vocab) if materialize_noise else batch
 
 
-def assemble(n, colors, shapes, items, order, query_slot, kind, query_by, gap, modality=None, picture=None,
+def assemble(n, colors, shapes, items, entry_slots, query_slot, kind, query_by, gap, modality=None, picture=None,
              bank: ImageBank | None = None, vocab: Vocab = VOCAB) -> Batch:
     """Lay out prompts from their bindings (the inverse of reading a Batch's binding fields).
 
-    colors / shapes / items: (B, P) token ids per slot, -1 beyond n; order: (B, P) slot of each association
+    colors / shapes / items: (B, P) token ids per slot, -1 beyond n; entry_slots: (B, P) slot of each association
     entry; gap: noise positions between context objects. Image contexts (modality IMAGE) need `picture`,
     the bank row per slot (per_object) or per prompt in column 0 (canvas). `generate` samples the
     bindings; analyses call this directly to build counterfactual prompts.
@@ -294,7 +296,7 @@ def assemble(n, colors, shapes, items, order, query_slot, kind, query_by, gap, m
     put(rows, ctx, vocab.context_end, Role.CONTEXT_END)
 
     r, j = np.nonzero(valid & listed[:, None])
-    s = order[r, j]
+    s = entry_slots[r, j]
     start = ctx[r] + 1 + 3 * j
     key = np.where(by[r] == BY_COLOR, shapes[r, s], colors[r, s])
     put(r, start, key, Role.ASSOCIATION_KEY, s)
@@ -312,7 +314,7 @@ def assemble(n, colors, shapes, items, order, query_slot, kind, query_by, gap, m
     t = np.arange(T)[None, :]
     positions = t + gap[:, None] * np.minimum(t // 2, shown[:, None] - 1)
     return Batch(tokens=tokens, positions=positions, roles=roles, slots=slots, answer_pos=answer_pos, target=target,
-                 n_objects=n, colors=colors, shapes=shapes, items=items, association_order=order, query_slot=q,
+                 n_objects=n, colors=colors, shapes=shapes, items=items, association_slots=entry_slots, query_slot=q,
                  kind=kind_, query_by=by, noise=gap, modality=modality, image_ids=image_ids, patches=patches)
 
 

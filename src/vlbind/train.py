@@ -31,7 +31,7 @@ import math
 import os
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -198,6 +198,10 @@ def train_stage(model: Transformer, spec: StageSpec, cfg: TrainConfig, out_dir: 
     `callback(step)` runs after every optimizer step (tests use it to simulate a kill or inject a NaN).
     `optimizer` (not in the paper; default a fresh AdamW, make_optimizer): one over `model`'s parameters whose state
     carries over from the parent stage; its learning rate follows `cfg` (warm-up included) from this stage's step 1.
+
+    In three parts: where the stage stands (`_Progress`: fresh, or resumed from a saved state made with the same
+    settings), the loop of steps with a validation and the stop rule (`_Progress.validate`) every `eval_every`,
+    and the stage's files (`_finish`).
     """
     out_dir = Path(out_dir)
     model.to(device).train()
@@ -208,16 +212,7 @@ def train_stage(model: Transformer, spec: StageSpec, cfg: TrainConfig, out_dir: 
     key = fingerprint(stage, spec.to_dict(), {**asdict(cfg), "max_steps": None}, model.cfg.to_dict(), parent,
                       _weights_digest(model), *([start_spec.to_dict(), start_steps] if start else []))
     ckpt_every = math.ceil(cfg.checkpoint_every / cfg.eval_every) * cfg.eval_every
-
-    step, best_acc, best_step, history, wall_before = 0, -1.0, 0, [], 0.0
-    best_state = {k: v.detach().clone() for k, v in model.state_dict().items()}
-    resumed = _load_resume(out_dir / RESUME_FILE, key, model, opt)
-    if resumed is not None:
-        progress, best_state = resumed
-        step, best_acc, best_step, history = (progress[k] for k in ("step", "best_acc", "best_step", "history"))
-        wall_before = progress.get("wall_seconds", 0.0)
-        rng.bit_generator.state = progress["rng_state"]
-        log.info("resumed %s from step %d (best val acc %.4f)", stage, step, best_acc)
+    progress = _Progress.resume_or_start(out_dir / RESUME_FILE, key, model, opt, rng, stage)
     val_bank = None
     if bank is not None:  # validation shows renderings that training never does
         bank, val_bank = bank.split(cfg.val_images)
@@ -229,14 +224,15 @@ def train_stage(model: Transformer, spec: StageSpec, cfg: TrainConfig, out_dir: 
         return pack_queries(batch) if cfg.queries == "all" else batch
 
     net = compiled(model, device) if cfg.compile else model  # validation stays eager: its shapes differ
-    t0, t_last, step_last, losses, reason = time.time(), time.time(), step, [], "max_steps"
-    while step < cfg.max_steps:
-        batch = draw(step)
+    t0, t_last, step_last, losses, reason = time.time(), time.time(), progress.step, [], "max_steps"
+    while progress.step < cfg.max_steps:
+        batch = draw(progress.step)
         loss = training_loss(net, batch, cfg, device, bank)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)  # stays on the device
-        step += 1
+        progress.step += 1
+        step = progress.step
         for g in opt.param_groups:
             g["lr"] = lr_at(step, cfg)
         opt.step()
@@ -249,52 +245,104 @@ def train_stage(model: Transformer, spec: StageSpec, cfg: TrainConfig, out_dir: 
         now = time.time()
         rate = (step - step_last) / max(now - t_last, 1e-9)
         t_last, step_last = now, step
-        trained = torch.stack(losses).double()  # the one wait on the device between validations
-        history.append({"step": step, "train_loss": float(trained.mean()), "val_accuracy": acc,
-                        "lr": lr_at(step, cfg), "grad_norm": float(grad_norm), "steps_per_s": rate,
-                        "finite": bool(torch.isfinite(trained).all())})
+        stop = progress.validate(model, acc, torch.stack(losses), grad_norm, rate, cfg, val_chance)
         losses = []
-        if acc >= best_acc + cfg.min_delta or best_acc < 0:
-            best_acc, best_step = acc, step
-            best_state = {k: v.detach().clone() for k, v in model.state_dict().items()}
         log.info("%s step %d/%d objects %d..%d loss %.4f val_acc %.4f best %.4f@%d | %.1f steps/s, %.0f tok/s, "
                  "ETA to cap %s", stage, step, cfg.max_steps, spec.min_objects, spec.max_objects,
-                 history[-1]["train_loss"], acc, best_acc, best_step, rate,
+                 progress.history[-1]["train_loss"], acc, progress.best_acc, progress.best_step, rate,
                  rate * cfg.batch_size * batch.tokens.shape[1], _eta((cfg.max_steps - step) / max(rate, 1e-9)))
-        if not history[-1]["finite"]:
-            reason = "non_finite_loss"
-            break
-        if cfg.target_accuracy is not None and acc >= cfg.target_accuracy:
-            reason = "target_accuracy"
-            break
-        learning = not cfg.plateau_above_chance or best_acc >= val_chance + cfg.plateau_above_chance
-        if (step - best_step) >= cfg.patience * cfg.eval_every and learning:
-            reason = "plateau"
+        if stop is not None:
+            reason = stop
             break
         if step % ckpt_every == 0:
-            progress = {"step": step, "best_acc": best_acc, "best_step": best_step, "history": history,
-                        "rng_state": rng.bit_generator.state, "wall_seconds": wall_before + time.time() - t0}
-            _save_resume(out_dir / RESUME_FILE, key, model, opt, progress, best_state)
-
-    if not history:  # max_steps 0: the starting weights pass through; record what they score on this stage
-        best_acc = accuracy(model, val, device, cfg.precision, val_bank)
-        history.append({"step": 0, "train_loss": float("nan"), "val_accuracy": best_acc, "lr": 0.0,
-                        "grad_norm": float("nan"), "steps_per_s": float("nan"), "finite": True})
-        log.info("%s: max_steps 0, weights passed through unchanged; val_acc %.4f", stage, best_acc)
-    if cfg.keep == "best":
-        model.load_state_dict(best_state)
-    kept = history[-1] if cfg.keep == "last" else {"step": best_step, "val_accuracy": best_acc}
-    meta = {"stage": stage, "parent": parent, "stage_spec": spec.to_dict(), "train_config": asdict(cfg),
+            _save_resume(out_dir / RESUME_FILE, key, model, opt, progress.saved(rng, time.time() - t0),
+                         progress.best_state)
+    if not progress.history:  # max_steps 0: the starting weights pass through; record what they score
+        progress.pass_through(accuracy(model, val, device, cfg.precision, val_bank))
+        log.info("%s: max_steps 0, weights passed through unchanged; val_acc %.4f", stage, progress.best_acc)
+    what = {"stage": stage, "parent": parent, "stage_spec": spec.to_dict(), "train_config": asdict(cfg),
             "start": None if start is None else {"stage_spec": start_spec.to_dict(), "steps": start_steps},
-            "model_config": model.cfg.to_dict(), "steps": step, "best_step": best_step,
-            "best_val_accuracy": best_acc, "kept_step": kept["step"], "kept_val_accuracy": kept["val_accuracy"],
-            "stopped_because": reason, "val_chance": val_chance,
-            "resumed": resumed is not None,
-            "wall_seconds": wall_before + time.time() - t0, "vlbind_version": __version__}
-    save_model(out_dir, model, meta, pd.DataFrame(history))
+            "model_config": model.cfg.to_dict()}
+    how = {"stopped_because": reason, "val_chance": val_chance, "resumed": progress.resumed,
+           "wall_seconds": progress.wall_before + time.time() - t0, "vlbind_version": __version__}
+    return _finish(model, progress, cfg, what, how, out_dir)
+
+
+@dataclass
+class _Progress:
+    """Where a stage stands: steps done, the best validation and its weights, the curve; what a resume state
+    holds besides the model, the optimizer and the data RNG."""
+    best_state: dict
+    step: int = 0
+    best_acc: float = -1.0
+    best_step: int = 0
+    history: list = field(default_factory=list)
+    wall_before: float = 0.0  # seconds trained before a resume
+    resumed: bool = False
+
+    @classmethod
+    def resume_or_start(cls, path: Path, key: str, model, opt, rng: np.random.Generator, stage: str) -> _Progress:
+        """From a saved state made with the same settings (loading the model, the optimizer and `rng` from it), or
+        fresh: nothing done, the starting weights the best so far."""
+        resumed = _load_resume(path, key, model, opt)
+        if resumed is None:
+            return cls(best_state={k: v.detach().clone() for k, v in model.state_dict().items()})
+        saved, best_state = resumed
+        rng.bit_generator.state = saved["rng_state"]
+        log.info("resumed %s from step %d (best val acc %.4f)", stage, saved["step"], saved["best_acc"])
+        return cls(best_state=best_state, step=saved["step"], best_acc=saved["best_acc"],
+                   best_step=saved["best_step"], history=saved["history"],
+                   wall_before=saved.get("wall_seconds", 0.0), resumed=True)
+
+    def validate(self, model, acc: float, losses: torch.Tensor, grad_norm: torch.Tensor, rate: float,
+                 cfg: TrainConfig, val_chance: float) -> str | None:
+        """Record a validation (its accuracy `acc`, the training `losses` since the last one) and keep the
+        weights if they are the best; return why the stage stops here, or None: a non-finite loss, the target
+        accuracy, or a plateau (no gain of min_delta for `patience` validations, once validation has left chance
+        by plateau_above_chance)."""
+        trained = losses.double()  # the one wait on the device between validations
+        self.history.append({"step": self.step, "train_loss": float(trained.mean()), "val_accuracy": acc,
+                             "lr": lr_at(self.step, cfg), "grad_norm": float(grad_norm), "steps_per_s": rate,
+                             "finite": bool(torch.isfinite(trained).all())})
+        if acc >= self.best_acc + cfg.min_delta or self.best_acc < 0:
+            self.best_acc, self.best_step = acc, self.step
+            self.best_state = {k: v.detach().clone() for k, v in model.state_dict().items()}
+        if not self.history[-1]["finite"]:
+            return "non_finite_loss"
+        if cfg.target_accuracy is not None and acc >= cfg.target_accuracy:
+            return "target_accuracy"
+        learning = not cfg.plateau_above_chance or self.best_acc >= val_chance + cfg.plateau_above_chance
+        if (self.step - self.best_step) >= cfg.patience * cfg.eval_every and learning:
+            return "plateau"
+        return None
+
+    def pass_through(self, acc: float) -> None:
+        """A stage of max_steps 0: the starting weights, validated once, are the stage's."""
+        self.best_acc = acc
+        self.history.append({"step": 0, "train_loss": float("nan"), "val_accuracy": acc, "lr": 0.0,
+                             "grad_norm": float("nan"), "steps_per_s": float("nan"), "finite": True})
+
+    def saved(self, rng: np.random.Generator, seconds: float) -> dict:
+        """What a resume state records besides tensors (JSON metadata)."""
+        return {"step": self.step, "best_acc": self.best_acc, "best_step": self.best_step, "history": self.history,
+                "rng_state": rng.bit_generator.state, "wall_seconds": self.wall_before + seconds}
+
+
+def _finish(model: Transformer, progress: _Progress, cfg: TrainConfig, what: dict, how: dict, out_dir: Path) -> dict:
+    """Keep the weights `cfg.keep` says (the best validation's or the last step's), write the stage's model
+    directory (weights; meta: `what` was trained, the steps and accuracies, `how` it ended; curve), drop its
+    resume state; return the meta."""
+    if cfg.keep == "best":
+        model.load_state_dict(progress.best_state)
+    kept = progress.history[-1] if cfg.keep == "last" else {"step": progress.best_step,
+                                                            "val_accuracy": progress.best_acc}
+    meta = {**what, "steps": progress.step, "best_step": progress.best_step, "best_val_accuracy": progress.best_acc,
+            "kept_step": kept["step"], "kept_val_accuracy": kept["val_accuracy"], **how}
+    save_model(out_dir, model, meta, pd.DataFrame(progress.history))
     (out_dir / RESUME_FILE).unlink(missing_ok=True)
-    log.info("%s done: %s after %d steps, best val acc %.4f at step %d; kept the weights of step %d (%s)", stage,
-             reason, step, best_acc, best_step, kept["step"], cfg.keep)
+    log.info("%s done: %s after %d steps, best val acc %.4f at step %d; kept the weights of step %d (%s)",
+             meta["stage"], meta["stopped_because"], progress.step, progress.best_acc, progress.best_step, kept["step"],
+             cfg.keep)
     return meta
 
 

@@ -4,7 +4,6 @@ attention knockouts, linear probes and layer relevance. All run on text prompts,
 from __future__ import annotations
 
 from ..device import autocast
-from ..tasks import PAPER_ORDER
 
 # Analysis name (config key interp.<name> holds its settings; `runner` gives the code it runs) -> the figures
 # drawn from its tables (vlbind.figures). Names only: the DAG is built from them without importing torch.
@@ -12,7 +11,7 @@ ANALYSES = {"interchange": ("fig4", "fig9"), "knockout": ("fig10", "fig13"), "pr
             "layer_relevance": ("fig_layer_relevance",)}
 
 
-def analyze(analysis: str, model, settings: dict, device="cpu", order: str = PAPER_ORDER, precision: str = "fp32"):
+def analyze(analysis: str, model, settings: dict, device: str, order: str, precision: str):
     """Run one analysis of ANALYSES on `model` with its config section (config key interp.<analysis>), on
     prompts whose association lists are in `order` (config key interp.order; tasks.ORDERS), under the autocast
     `precision` (device.precision_for: "bf16" or "fp32"; config key `precision`, as training and evaluation).

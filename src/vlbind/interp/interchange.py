@@ -41,7 +41,7 @@ from ..inference import answer_logits, model_inputs
 from ..mechanisms import SCRATCH_LABELS
 from ..model import Transformer, hook_name, resid_name
 from ..settings import from_dict
-from ..tasks import BY_COLOR, PAPER_ORDER, RETRIEVAL, Batch, StageSpec, assemble, generate, in_order
+from ..tasks import BY_COLOR, RETRIEVAL, Batch, StageSpec, assemble, generate, in_order
 
 LABELS = SCRATCH_LABELS  # vlbind.mechanisms: the vocabulary circuits.csv and table1.csv share
 MECHANISMS = LABELS[:-1]  # the five a patched answer can follow; anything else is "mixed"
@@ -86,7 +86,7 @@ def make_pairs(batch_size: int, rng: np.random.Generator, spec: StageSpec = INTE
     # items follow shapes: slot c now shows shape x, which gets item s; slot x shows shape c (keeps item c);
     # shape s (still at slot s) gets item x
     items[rows, c], items[rows, x], items[rows, s] = o.items[rows, s], o.items[rows, c], o.items[rows, x]
-    cf = assemble(o.n_objects, colors, shapes, items, o.association_order, c, o.kind, o.query_by, o.noise)
+    cf = assemble(o.n_objects, colors, shapes, items, o.association_slots, c, o.kind, o.query_by, o.noise)
     predictions = np.stack([o.items[rows, c], o.items[rows, w], o.items[rows, x], o.items[rows, s],
                             o.items[rows, q]], axis=1)
     return Pairs(o, cf, np.stack([q, c, w, x, s], axis=1), predictions)
@@ -159,7 +159,7 @@ def item_argmax(logits: torch.Tensor, batch: Batch) -> np.ndarray:
 
 @torch.no_grad()
 def sweep(model: Transformer, n_pairs: int, seed: int, batch_size: int = 128, device="cpu",
-          layers: list[int] | None = None, order: str = PAPER_ORDER,
+          layers: list[int] | None = None, *, order: str,
           positions: tuple[str, ...] = tuple(POSITIONS)) -> tuple[pd.DataFrame, dict]:
     """Label shares per patched position and layer: tidy rows (position, layer, label, fraction, count), on pairs
     whose association lists are in `order` (tasks.ORDERS). Returns (table, info) where info counts generated,
@@ -196,7 +196,7 @@ def sweep(model: Transformer, n_pairs: int, seed: int, batch_size: int = 128, de
     return pd.DataFrame(rows), {"generated": generated, "kept": kept, "dropped": generated - kept}
 
 
-def run(model: Transformer, settings: dict, device="cpu", order: str = PAPER_ORDER) -> tuple[pd.DataFrame, dict]:
+def run(model: Transformer, settings: dict, device: str, order: str) -> tuple[pd.DataFrame, dict]:
     """The analysis as the DAG runs it (interp.analyze): settings = config key interp.interchange."""
     cfg = from_dict(InterchangeConfig, settings)
     table, info = sweep(model, cfg.pairs, cfg.seed, device=device, order=order)

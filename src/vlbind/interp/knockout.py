@@ -24,7 +24,7 @@ import torch
 from ..inference import accuracy, count_correct
 from ..model import Transformer, hook_name, knockout_hook
 from ..settings import from_dict
-from ..tasks import PAPER_ORDER, Batch
+from ..tasks import Batch
 from .prompts import ROLES, analysis_prompts, slot_of_positions
 
 # (source, target, same slot?) of appendix G's matching edges; [ANSWER]'s slot is the queried object's.
@@ -69,7 +69,7 @@ class KnockoutConfig:
 
 
 def knockout_table(model: Transformer, n_prompts: int, seed: int, device="cpu",
-                   order: str = PAPER_ORDER) -> pd.DataFrame:
+                   *, order: str) -> pd.DataFrame:
     """One row per knocked-out edge: kind (role / matching), source, target, accuracy, baseline, drop."""
     batches = analysis_prompts(n_prompts, seed, order=order)
     baseline = accuracy_with_knockout(model, batches, None, device)
@@ -86,7 +86,7 @@ def knockout_table(model: Transformer, n_prompts: int, seed: int, device="cpu",
     return pd.DataFrame(rows)
 
 
-def run(model: Transformer, settings: dict, device="cpu", order: str = PAPER_ORDER) -> tuple[pd.DataFrame, dict]:
+def run(model: Transformer, settings: dict, device: str, order: str) -> tuple[pd.DataFrame, dict]:
     """The analysis as the DAG runs it (interp.analyze): settings = config key interp.knockout."""
     cfg = from_dict(KnockoutConfig, settings)
-    return knockout_table(model, cfg.prompts, cfg.seed, device, order), {}
+    return knockout_table(model, cfg.prompts, cfg.seed, device, order=order), {}

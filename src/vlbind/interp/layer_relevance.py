@@ -16,7 +16,7 @@ import torch.nn.functional as F
 from ..inference import accuracy, model_inputs
 from ..model import Transformer, hook_name, skip_block_hooks
 from ..settings import from_dict
-from ..tasks import PAPER_ORDER, Batch, Role
+from ..tasks import Batch, Role
 from .prompts import analysis_prompts
 
 
@@ -55,7 +55,7 @@ class LayerRelevanceConfig:
 
 
 def layer_relevance_table(model: Transformer, n_prompts: int, seed: int, device="cpu",
-                          order: str = PAPER_ORDER) -> tuple[pd.DataFrame, float]:
+                          *, order: str) -> tuple[pd.DataFrame, float]:
     """Rows (layer, cosine, accuracy_skipped, baseline, drop) and the Spearman correlation of cosine and drop."""
     batches = analysis_prompts(n_prompts, seed, order=order)
     baseline = skip_accuracy(model, batches, None, device)
@@ -73,8 +73,8 @@ def spearman(a: pd.Series, b: pd.Series) -> float:
     return float(a.rank().corr(b.rank()))
 
 
-def run(model: Transformer, settings: dict, device="cpu", order: str = PAPER_ORDER) -> tuple[pd.DataFrame, dict]:
+def run(model: Transformer, settings: dict, device: str, order: str) -> tuple[pd.DataFrame, dict]:
     """The analysis as the DAG runs it (interp.analyze): settings = config key interp.layer_relevance."""
     cfg = from_dict(LayerRelevanceConfig, settings)
-    table, rho = layer_relevance_table(model, cfg.prompts, cfg.seed, device, order)
+    table, rho = layer_relevance_table(model, cfg.prompts, cfg.seed, device, order=order)
     return table, {"spearman_cosine_drop": rho}

@@ -22,7 +22,7 @@ import torch
 from ..inference import model_inputs
 from ..model import Transformer, resid_name
 from ..settings import from_dict
-from ..tasks import PAPER_ORDER, Batch
+from ..tasks import Batch
 from .prompts import ROLES, analysis_prompts, slot_of_positions
 
 PROBE_ROLES = ("context color", "context shape", "association shape", "association item", "query", "answer")
@@ -93,7 +93,7 @@ def fit_and_score(x_train: np.ndarray, y_train: np.ndarray, x_test: np.ndarray, 
 
 
 def probe_table(model: Transformer, cfg: ProbeConfig = ProbeConfig(), device="cpu",
-                order: str = PAPER_ORDER) -> pd.DataFrame:
+                *, order: str) -> pd.DataFrame:
     """Tidy rows: role, attribute, layer, accuracy, chance."""
     train = collect(model, analysis_prompts(cfg.train_prompts, cfg.seed, order=order), device)
     test = collect(model, analysis_prompts(cfg.test_prompts, cfg.seed + 1, order=order), device)
@@ -107,6 +107,6 @@ def probe_table(model: Transformer, cfg: ProbeConfig = ProbeConfig(), device="cp
     return pd.DataFrame(rows)
 
 
-def run(model: Transformer, settings: dict, device="cpu", order: str = PAPER_ORDER) -> tuple[pd.DataFrame, dict]:
+def run(model: Transformer, settings: dict, device: str, order: str) -> tuple[pd.DataFrame, dict]:
     """The analysis as the DAG runs it (interp.analyze): settings = config key interp.probes (ProbeConfig)."""
-    return probe_table(model, from_dict(ProbeConfig, settings), device, order), {}
+    return probe_table(model, from_dict(ProbeConfig, settings), device, order=order), {}

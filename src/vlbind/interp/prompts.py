@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..tasks import BY_COLOR, PAPER_ORDER, RETRIEVAL, Batch, Role, StageSpec, batch_sizes, generate, in_order
+from ..tasks import BY_COLOR, RETRIEVAL, Batch, Role, StageSpec, batch_sizes, generate, in_order
 
 # Text prompts of <= 8 objects queried by color, as the paper analyses (full vocabulary; order: an argument).
 ANALYSIS_SPEC = StageSpec(n_colors=216, n_shapes=216, n_items=32, min_objects=2, max_objects=8, shuffle=True)
@@ -13,7 +13,7 @@ ROLES = {"context color": Role.CONTEXT_COLOR, "context shape": Role.CONTEXT_SHAP
          "query": Role.QUERY, "answer": Role.ANSWER}
 
 
-def analysis_prompts(n: int, seed: int, batch_size: int = 256, order: str = PAPER_ORDER) -> list[Batch]:
+def analysis_prompts(n: int, seed: int, batch_size: int = 256, *, order: str) -> list[Batch]:
     """`n` retrieval prompts of ANALYSIS_SPEC queried by color, without noise, association lists in `order`
     (tasks.ORDERS), in batches of `batch_size`."""
     rng = np.random.default_rng([seed, 0x40])
