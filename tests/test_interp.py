@@ -262,6 +262,20 @@ def test_a_model_that_answers_at_the_query_token_reads_none_at_answer_and_its_ef
     assert circuit_label(table, NO_PROBES)["label_position"] == "query"  # the rule reads where the answer is made
 
 
+def test_a_run_that_answers_too_few_pairs_shows_no_mechanism():
+    """A model near chance keeps a handful of interchange pairs; a clean spike on 4 pairs is not a mechanism."""
+    from vlbind.interp.circuits import CircuitRule
+
+    spike = {"positional": 0.9, "no_effect": 0.1}
+    table = pd.DataFrame([{"position": "answer", "layer": layer, "label": k, "fraction": shares.get(k, 0.0),
+                           "count": round(kept * shares.get(k, 0.0)), "pairs_kept": kept}
+                          for kept in [4] for layer, shares in enumerate([{"no_effect": 1.0}, spike, spike])
+                          for k in LABELS])
+    label = circuit_label(table, NO_PROBES, CircuitRule(min_pairs=100))
+    assert (label["circuit"], label["pairs_kept"], label["spike_layer"]) == ("none", 4, None)
+    assert circuit_label(table, NO_PROBES, CircuitRule(min_pairs=4))["circuit"] == "Positional"
+
+
 def test_the_readout_layer_never_decides_a_label():
     """Patching the residual after the last block copies the counterfactual's answer: reflexive 1.00 there is
     no mechanism, so a run with no earlier effect is "none", whatever the read-out shows."""

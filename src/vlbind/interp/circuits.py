@@ -42,6 +42,7 @@ class CircuitRule:
     probe_margin: float = 0.2  # probe accuracy above chance that counts as decodable
     weak_share: float = 0.5  # weak: fewer than this share of the pairs follow the winner ...
     weak_lead: float = 0.2  # ... or it leads the runner-up by less than this
+    min_pairs: int = 100  # a run that answers fewer interchange pairs (both prompts) shows no mechanism: "none"
 
 
 READ_ORDER = ("answer", "query", "both")  # the positions the rule reads, until one shows a spike (module doc)
@@ -55,8 +56,9 @@ def circuit_label(interchange: pd.DataFrame, probes: pd.DataFrame, rule: Circuit
        in >= spike_threshold of the pairs (appendix F: the first spike is the mechanism), the largest of the
        positional, color-key, shape-key, reflexive and mixed shares (`winner`) names the circuit. Patched at
        [ANSWER]; where that shows no such layer, at the query token, then at both (layer 0 left out there;
-       `label_position`). No such layer at any -> "none"; a reflexive or mixed winner -> "unresolved" (the
-       mechanism is not visible there).
+       `label_position`). No such layer at any, or fewer than `min_pairs` pairs kept (a model near chance
+       answers a handful, too few to read a mechanism from) -> "none"; a reflexive or mixed winner ->
+       "unresolved" (the mechanism is not visible there).
     2. margin: `runner_up` is the next largest of those shares; the label is `weak` when fewer than
        `weak_share` of the pairs follow the winner, or it leads the runner-up by less than `weak_lead`.
     3. probes (appendix G): the symbolic circuits bind color into the context shape token, so the best
@@ -78,7 +80,10 @@ def circuit_label(interchange: pd.DataFrame, probes: pd.DataFrame, rule: Circuit
     binding = probes[(probes["role"] == "context shape") & (probes["attribute"] == "color")]
     margin = float((binding["accuracy"] - binding["chance"]).max()) if len(binding) else float("nan")
     shares = {k: float(at_spike.get(k, 0.0)) if spike is not None else float("nan") for k in LABELS}
-    out = {"spike_layer": spike, "label_position": position if spike is not None else None,
+    kept = int(interchange["pairs_kept"].iloc[0]) if "pairs_kept" in interchange and len(interchange) else None
+    if kept is not None and kept < rule.min_pairs:
+        spike = None
+    out = {"pairs_kept": kept, "spike_layer": spike, "label_position": position if spike is not None else None,
            "readout_layer": readout, "color_at_context_shape": margin,
            **{f"share_{k}": v for k, v in shares.items()}}
     if spike is None:
