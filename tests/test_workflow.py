@@ -585,7 +585,7 @@ def test_a_changed_image_stage_setting_reruns_its_curriculum_copy_too(smoke_tree
 
 def test_a_control_added_to_variants_trains_only_itself(smoke_tree, tmp_path):
     jobs = dry_run_with(smoke_tree, tmp_path, f"variants: [{', '.join(VARIANTS)}, text_bind]\n")
-    assert {j for j in jobs if j[0].startswith("train")} == {("train_text", f"seed={s}, stage=text_bind")
+    assert {j for j in jobs if j[0].startswith("train_")} == {("train_text", f"seed={s}, stage=text_bind")
                                                             for s in SEEDS}
     assert {("evaluate", f"variant=text_bind, run=seed{s}") for s in SEEDS} <= jobs
 
