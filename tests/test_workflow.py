@@ -15,6 +15,8 @@ import pandas as pd
 import pytest
 import yaml
 
+from vlbind import stages as vlstages
+
 ROOT = Path(__file__).resolve().parents[1]
 SNAKEMAKE = [sys.executable, "-m", "snakemake"]
 SEEDS = (0, 1)
@@ -391,7 +393,7 @@ def test_settings_at_their_schema_default_are_left_out_of_stage_params():
     config = vlconfig.load([ROOT / "config/config.yaml", ROOT / "config/mini.yaml"])
     defaults = vlconfig.schema_defaults("train")
     older = {**config, "train": {k: v for k, v in config["train"].items() if k not in defaults or v != defaults[k]}}
-    for stage in vlconfig.TEXT_STAGES:
+    for stage in vlstages.TEXT_STAGES:
         assert vlconfig.stage_params(older, stage) == vlconfig.stage_params(config, stage), stage
     # a setting moved off its default is a change
     changed = vlconfig.load([ROOT / "config/config.yaml", ROOT / "config/mini.yaml"])
@@ -507,10 +509,10 @@ def test_mini_trains_the_text_arm_in_fixed_order_and_the_paper_config_shuffled()
 
     paper = vlconfig.load([ROOT / "config/config.yaml"])
     mini = vlconfig.load([ROOT / "config/config.yaml", ROOT / "config/mini.yaml"])
-    stages = ("text_s4", "text_s5", "noise_text", *vlconfig.VISION_STAGES)
+    stages = ("text_s4", "text_s5", "noise_text", *vlstages.VISION_STAGES)
     assert all(paper["stages"][s]["task"]["shuffle"] for s in stages)
     assert {s: mini["stages"][s]["task"]["shuffle"] for s in stages} == {
-        "text_s4": True, "text_s5": False, "noise_text": False, **dict.fromkeys(vlconfig.VISION_STAGES, True)}
+        "text_s4": True, "text_s5": False, "noise_text": False, **dict.fromkeys(vlstages.VISION_STAGES, True)}
     assert vlconfig.stage_params(mini, "text_s4")["train"]["max_steps"] == 0
     assert vlconfig.stage_params(paper, "text_s4")["train"]["max_steps"] > 0
     assert (mini["evaluate"]["orders"], mini["interp"]["order"]) == (["fixed", "shuffled"], "fixed")
@@ -521,7 +523,7 @@ def test_mini_trains_the_text_arm_in_fixed_order_and_the_paper_config_shuffled()
         assert switched["stages"][s]["task"]["shuffle"] == mini["stages"][s]["task"]["shuffle"]
     assert vlconfig.stage_params(switched, "text_s4")["train"]["max_steps"] == 0
     assert (switched["evaluate"]["orders"], switched["interp"]["order"]) == (["fixed", "shuffled"], "fixed")
-    for s in vlconfig.STAGE_PARENTS:
+    for s in vlstages.STAGE_PARENTS:
         encoder = "resnet152" if vlconfig.uses_images(paper, s) else None
         if s not in ("text_s4", "text_s5", "noise_text", "text_bind", "noise_text_bind"):  # controls: parent's task
             assert vlconfig.stage_params(switched, s, encoder) == vlconfig.stage_params(paper, s, encoder), s
@@ -557,7 +559,7 @@ def test_the_curriculum_control_is_the_image_arm_with_every_context_in_text():
     for overlays in (["config/config.yaml"], ["config/config.yaml", "config/mini.yaml"]):
         config = vlconfig.load([ROOT / p for p in overlays])
         encoder = config["vision"]["encoders"][0]
-        for stage, image_stage in vlconfig.CURRICULUM.items():
+        for stage, image_stage in vlstages.CURRICULUM.items():
             ours, theirs = vlconfig.stage_params(config, stage), vlconfig.stage_params(config, image_stage, encoder)
             assert ours["task"] == {**theirs["task"], "image_fraction": 0.0}
             assert ours["train"] == theirs["train"]
@@ -565,8 +567,8 @@ def test_the_curriculum_control_is_the_image_arm_with_every_context_in_text():
                 assert ours["start"] == {**theirs["start"], "task": {**theirs["start"]["task"], "image_fraction": 0.0}}
             assert "start" in ours or "start" not in theirs
             assert not {"encoder", "projector"} & set(ours) and not vlconfig.uses_images(config, stage)
-            parent = vlconfig.STAGE_PARENTS[image_stage]
-            assert ours["parent"] == {v: k for k, v in vlconfig.CURRICULUM.items()}.get(parent, parent)
+            parent = vlstages.STAGE_PARENTS[image_stage]
+            assert ours["parent"] == {v: k for k, v in vlstages.CURRICULUM.items()}.get(parent, parent)
             assert vlconfig.run_name(0, stage, encoder) == "seed0"
     mini = vlconfig.load([ROOT / "config/config.yaml", ROOT / "config/mini.yaml"])
     assert vlconfig.stage_params(mini, "curriculum_image")["start"]["task"]["max_objects"] == 2
@@ -602,13 +604,12 @@ def test_the_smoke_dag_writes_the_claims_table(smoke_tree):
 def test_training_priority_is_the_longest_chain_below_a_stage():
     """Snakemake runs ready jobs by priority: the stage with the longest chain of stages after it first, so a run's
     critical path (its longest lineage) is never left for last."""
-    from vlbind import config as vlconfig
 
-    leaves = [s for s in vlconfig.STAGE_PARENTS if s not in vlconfig.STAGE_PARENTS.values()]
+    leaves = [s for s in vlstages.STAGE_PARENTS if s not in vlstages.STAGE_PARENTS.values()]
     assert sorted(leaves) == ["noise_curriculum_text", "noise_image_text", "noise_text_bind", "text_bind",
                               "text_bind_shuffled"]
-    for stage in vlconfig.STAGE_PARENTS:
-        longest = max(len(vlconfig.lineage(leaf)) - vlconfig.lineage(leaf).index(stage)
-                      for leaf in leaves if stage in vlconfig.lineage(leaf))
-        assert vlconfig.chain_below(stage) == longest, stage
-    assert vlconfig.chain_below("text_s1") == len(vlconfig.lineage("noise_image_text"))
+    for stage in vlstages.STAGE_PARENTS:
+        longest = max(len(vlstages.lineage(leaf)) - vlstages.lineage(leaf).index(stage)
+                      for leaf in leaves if stage in vlstages.lineage(leaf))
+        assert vlstages.chain_below(stage) == longest, stage
+    assert vlstages.chain_below("text_s1") == len(vlstages.lineage("noise_image_text"))

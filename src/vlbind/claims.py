@@ -208,7 +208,7 @@ def claims_table(evals: pd.DataFrame, circuits: pd.DataFrame) -> pd.DataFrame:
                            "image training makes the model bind symbolically"))
     for comparison in COMPARISONS[:3]:
         pair(*comparison)
-    # the curriculum control: the image arm's stages without images (config.CURRICULUM)
+    # the curriculum control: the image arm's stages without images (stages.CURRICULUM)
     if curriculum := present(["curriculum_text", "noise_curriculum_text"]):
         rows.append(labels(circuits, curriculum, SYMBOLIC, "curriculum_symbolic",
                            "the image arm's curriculum without images makes the model bind symbolically"))
@@ -217,7 +217,7 @@ def claims_table(evals: pd.DataFrame, circuits: pd.DataFrame) -> pd.DataFrame:
                            "the image arm's curriculum without images learns shuffled lists"))
     for comparison in COMPARISONS[3:6]:
         pair(*comparison)
-    # the binding-loss control: the text arm plus the image arm's binding loss (config.CONTROLS)
+    # the binding-loss control: the text arm plus the image arm's binding loss (stages.CONTROLS)
     if controls := present(["text_bind", "noise_text_bind"]):
         rows.append(labels(circuits, controls, SYMBOLIC, "bind_loss_symbolic",
                            "the binding loss alone makes the text arm bind symbolically"))

@@ -22,12 +22,13 @@ import numpy as np
 
 def _sample(args) -> int:
     from . import config as vlconfig
+    from .stages import STAGE_PARENTS
     from .tasks import BY_COLOR, BY_SHAPE, GROUNDING, RETRIEVAL, TEXT, StageSpec, generate, prompt_text
     from .vocab import VOCAB
 
     cfg = vlconfig.load(args.config)
-    if args.stage not in vlconfig.STAGE_PARENTS:
-        print(f"error: unknown stage {args.stage!r}; valid: {', '.join(vlconfig.STAGE_PARENTS)}", file=sys.stderr)
+    if args.stage not in STAGE_PARENTS:
+        print(f"error: unknown stage {args.stage!r}; valid: {', '.join(STAGE_PARENTS)}", file=sys.stderr)
         return 2
     spec = StageSpec.from_dict(vlconfig.stage_section(cfg, args.stage)["task"])
     if args.counterfactual:

@@ -11,38 +11,10 @@ from pathlib import Path
 import yaml
 
 from .settings import ConfigError  # defined on the bottom floor so every module can raise it
+from .stages import CONTROLS, CURRICULUM, STAGE_PARENTS, VARIANT_STAGE, VISION_STAGES, lineage
 
 SCHEMA_PATH = Path(__file__).with_name("config.schema.yaml")
 
-# The training DAG (paper, appendix D.3-D.7): each stage starts from its parent's checkpoint.
-STAGE_PARENTS: dict[str, str | None] = {
-    "text_s1": None, "text_s2": "text_s1", "text_s3": "text_s2", "text_s4": "text_s3",
-    "text_s5": "text_s4", "noise_text": "text_s5", "grounding": "noise_text",
-    "image": "grounding", "mixed": "image", "image_text": "mixed", "noise_image_text": "image_text",
-    # the control arm (not in the paper): text models continued with the image arm's aid, the binding loss
-    "text_bind": "text_s5", "noise_text_bind": "noise_text", "text_bind_shuffled": "text_s5",
-    # the curriculum control (not in the paper): the image arm's stages from the same parent, every context in text
-    "curriculum_image": "grounding", "curriculum_mixed": "curriculum_image", "curriculum_text": "curriculum_mixed",
-    "noise_curriculum_text": "curriculum_text",
-}
-# Stages that depend on an image encoder live in run `seed{S}-{encoder}`; the rest in run `seed{S}`.
-# grounding (D.5) is text-only, so it is trained once per seed and shared by every encoder's run.
-VISION_STAGES = ("image", "mixed", "image_text", "noise_image_text")
-TEXT_STAGES = tuple(s for s in STAGE_PARENTS if s not in VISION_STAGES)
-# Paper variant name -> the stage whose checkpoint it is.
-VARIANT_STAGE = {"text_only": "text_s5", "noise_text": "noise_text", "image_text": "image_text",
-                 "noise_image_text": "noise_image_text", "text_bind": "text_bind", "noise_text_bind": "noise_text_bind",
-                 "text_bind_shuffled": "text_bind_shuffled", "curriculum_text": "curriculum_text",
-                 "noise_curriculum_text": "noise_curriculum_text"}
-# The binding-loss control: each control stage -> the image-arm stage whose binding-loss weight it must use. A
-# control trains on its parent's task (text_bind_shuffled: the same task with the list shuffled; stage_section
-# derives it) and validate() checks the weight, so the control and its text parent differ in the binding loss alone.
-CONTROLS = {"text_bind": "image_text", "noise_text_bind": "noise_image_text", "text_bind_shuffled": "image_text"}
-# The curriculum control: each of its stages -> the image-arm stage it copies, section for section (task, start,
-# train: the same starts, caps and binding loss), with image_fraction 0: the image arm's curriculum without images.
-# It has no section of its own in a config (stage_section derives it), so it cannot drift from the image arm.
-CURRICULUM = {"curriculum_image": "image", "curriculum_mixed": "mixed", "curriculum_text": "image_text",
-              "noise_curriculum_text": "noise_image_text"}
 # Keys that were renamed: dotted old path -> the new key (`*` = any name, the same in both). A config holding an
 # old key fails naming the new one, not with the schema's "additional properties" message.
 RENAMED = {
@@ -89,7 +61,7 @@ def validate(config: dict) -> dict:
     for stage, image_stage in CURRICULUM.items():
         if stage in config.get("stages", {}):
             raise _error(f"stages.{stage}", f"the curriculum control copies stages.{image_stage} with every context "
-                         f"in text (vlbind.config.CURRICULUM); set stages.{image_stage} instead")
+                         f"in text (vlbind.stages.CURRICULUM); set stages.{image_stage} instead")
     schema = _schema()
     errors = sorted(jsonschema.Draft7Validator(schema).iter_errors(config), key=lambda e: list(e.absolute_path))
     if errors:
@@ -337,22 +309,6 @@ def pretrained_encoder_file(name: str) -> str:
 def run_name(seed: int, stage: str, encoder: str | None = None) -> str:
     """The run directory a stage's checkpoint lives in: seed{S} or, for vision stages, seed{S}-{encoder}."""
     return f"seed{seed}-{encoder}" if stage in VISION_STAGES else f"seed{seed}"
-
-
-def chain_below(stage: str) -> int:
-    """How many stages the longest chain from `stage` to a last stage holds, `stage` included (text_s1: 11,
-    noise_image_text and the controls: 1): the training rules' priority, so that the long chains (the critical
-    path of a run) start first and short side branches fill in."""
-    children = [s for s, parent in STAGE_PARENTS.items() if parent == stage]
-    return 1 + max((chain_below(c) for c in children), default=0)
-
-
-def lineage(stage: str) -> list[str]:
-    """The stages from text_s1 to `stage`, in training order."""
-    chain = [stage]
-    while STAGE_PARENTS[chain[-1]] is not None:
-        chain.append(STAGE_PARENTS[chain[-1]])
-    return chain[::-1]
 
 
 def variant_runs(config: dict, variant: str) -> list[str]:

@@ -11,8 +11,8 @@ import pandas as pd
 
 from .outcomes import STALLED, ood_average
 
-# the paper's four, then the curriculum control (config.CURRICULUM: the image arm's curriculum in text), then the
-# binding-loss control (config.CONTROLS: text models given the image arm's binding loss)
+# the paper's four, then the curriculum control (stages.CURRICULUM: the image arm's curriculum in text), then the
+# binding-loss control (stages.CONTROLS: text models given the image arm's binding loss)
 VARIANT_ORDER = ["text_only", "noise_text", "image_text", "noise_image_text", "curriculum_text",
                  "noise_curriculum_text", "text_bind", "noise_text_bind", "text_bind_shuffled"]
 

@@ -1,6 +1,7 @@
 # Config validation and the helpers rules share. Nothing here imports torch: building the DAG stays cheap.
 import vlbind.interp
 from vlbind import config as vlconfig
+from vlbind import stages as vlstages
 
 try:
     vlconfig.validate(config)
@@ -24,7 +25,7 @@ wildcard_constraints:
     run="seed[0-9]+(-[A-Za-z0-9_]+)?",
     encoder="[A-Za-z0-9_]+",
     layout="per_object|canvas",
-    variant="|".join(vlconfig.VARIANT_STAGE),
+    variant="|".join(vlstages.VARIANT_STAGE),
 
 
 def model_file(seed, stage, encoder=None, name="model.safetensors"):
@@ -32,7 +33,7 @@ def model_file(seed, stage, encoder=None, name="model.safetensors"):
 
 
 def parent_model(wildcards):
-    parent = vlconfig.STAGE_PARENTS[wildcards.stage]
+    parent = vlstages.STAGE_PARENTS[wildcards.stage]
     if parent is None:
         return []
     return [model_file(wildcards.seed, parent, wildcards.get("encoder"))]
@@ -56,7 +57,7 @@ def encoder_weights(wildcards):
 
 def variant_model(wildcards):
     seed, encoder = vlconfig.parse_run(wildcards.run)
-    return model_file(seed, vlconfig.VARIANT_STAGE[wildcards.variant], encoder)
+    return model_file(seed, vlstages.VARIANT_STAGE[wildcards.variant], encoder)
 
 
 def variant_lineage(name):
@@ -65,7 +66,7 @@ def variant_lineage(name):
 
     def files(wildcards):
         seed, encoder = vlconfig.parse_run(wildcards.run)
-        stages = vlconfig.lineage(vlconfig.VARIANT_STAGE[wildcards.variant])
+        stages = vlstages.lineage(vlstages.VARIANT_STAGE[wildcards.variant])
         return [model_file(seed, s, encoder, name) for s in stages]
 
     return files
@@ -81,7 +82,7 @@ def all_meta():
     for v in config["variants"]:
         for run in vlconfig.variant_runs(config, v):
             seed, encoder = vlconfig.parse_run(run)
-            stages = vlconfig.lineage(vlconfig.VARIANT_STAGE[v])
+            stages = vlstages.lineage(vlstages.VARIANT_STAGE[v])
             paths |= {model_file(seed, s, encoder, "meta.json") for s in stages}
     return sorted(paths)
 

@@ -16,8 +16,8 @@ rule train_text:
     benchmark:
         "results/benchmarks/train/seed{seed}/{stage}.tsv"
     wildcard_constraints:
-        stage="|".join(vlconfig.TEXT_STAGES),
-    priority: lambda wc: 10 + vlconfig.chain_below(wc.stage)  # training first, the longest chains first
+        stage="|".join(vlstages.TEXT_STAGES),
+    priority: lambda wc: 10 + vlstages.chain_below(wc.stage)  # training first, the longest chains first
     conda:
         "../envs/vlbind.yaml"
     threads: config["resources"]["threads"]
@@ -43,7 +43,7 @@ use rule train_text as train_vision with:
     benchmark:
         "results/benchmarks/train/seed{seed}-{encoder}/{stage}.tsv"
     wildcard_constraints:
-        stage="|".join(vlconfig.VISION_STAGES),
+        stage="|".join(vlstages.VISION_STAGES),
     params:
         stage=lambda wc: vlconfig.stage_params(config, wc.stage, wc.encoder),
         device=config["device"],

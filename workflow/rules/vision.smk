@@ -9,7 +9,7 @@ rule render_bank:
         "results/logs/render/{layout}.log",
     benchmark:
         "results/benchmarks/render/{layout}.tsv"
-    priority: 10 + vlconfig.chain_below(vlconfig.VISION_STAGES[0])  # as the first image stage they feed
+    priority: 10 + vlstages.chain_below(vlstages.VISION_STAGES[0])  # as the first image stage they feed
     conda:
         "../envs/vlbind.yaml"
     params:
@@ -26,7 +26,7 @@ rule pretrain_encoder:
         "results/logs/encoders/{encoder}.log",
     benchmark:
         "results/benchmarks/encoders/{encoder}.tsv"
-    priority: 10 + vlconfig.chain_below(vlconfig.VISION_STAGES[0])  # as the first image stage it feeds
+    priority: 10 + vlstages.chain_below(vlstages.VISION_STAGES[0])  # as the first image stage it feeds
     conda:
         "../envs/vlbind.yaml"
     threads: config["resources"]["threads"]
@@ -54,7 +54,7 @@ rule extract_features:
         "results/logs/features/{encoder}/{layout}.log",
     benchmark:
         "results/benchmarks/features/{encoder}/{layout}.tsv"
-    priority: 10 + vlconfig.chain_below(vlconfig.VISION_STAGES[0])  # as the first image stage they feed
+    priority: 10 + vlstages.chain_below(vlstages.VISION_STAGES[0])  # as the first image stage they feed
     conda:
         "../envs/vlbind.yaml"
     threads: config["resources"]["threads"]
