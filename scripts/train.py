@@ -10,7 +10,7 @@ from vlbind.logs import setup_logging
 from vlbind.model import ModelConfig, Transformer
 from vlbind.settings import from_dict
 from vlbind.tasks import StageSpec
-from vlbind.train import TrainConfig, train_stage
+from vlbind.train import TrainConfig, train_ramped
 
 sm = snakemake  # noqa: F821 (injected by Snakemake)
 setup_logging(sm.log[0], history=Path(sm.output.model).with_name("train.log"))  # keeps killed attempts
@@ -28,6 +28,6 @@ if "features" in sm.input.keys():
 if "projector" in params:  # the first image stage gives the text model its visual projector
     model.attach_projector(bank.dim, params["projector"]["mult"], params["projector"]["scale"])
 start = params.get("start")
-train_stage(model, StageSpec.from_dict(params["task"]), TrainConfig.from_section(params["train"], seed, precision),
-            Path(sm.output.model).parent, stage=params["stage"], device=device, parent=parent, bank=bank,
-            start=(StageSpec.from_dict(start["task"]), start["steps"]) if start else None)
+train_ramped(model, StageSpec.from_dict(params["task"]), TrainConfig.from_section(params["train"], seed, precision),
+             Path(sm.output.model).parent, stage=params["stage"], device=device, parent=parent, bank=bank,
+             start=(StageSpec.from_dict(start["task"]), start["steps"]) if start else None)

@@ -1,6 +1,7 @@
 """Training: resume after a kill, determinism, schedule, and evaluation that never mutates the model."""
 
 import json
+from dataclasses import replace
 
 import numpy as np
 import pandas as pd
@@ -12,8 +13,9 @@ from vlbind.checkpoint import load_model
 from vlbind.evaluate import EVAL_SPEC, EvalConfig, evaluate
 from vlbind.model import ModelConfig, Transformer
 from vlbind.outcomes import ood_average
+from vlbind.tables import training_summary
 from vlbind.tasks import BY_COLOR, RETRIEVAL, StageSpec, generate, prompt_text
-from vlbind.train import RESUME_FILE, TrainConfig, lr_at, make_optimizer, resume_weights, train_stage
+from vlbind.train import RESUME_FILE, TrainConfig, lr_at, make_optimizer, resume_weights, train_ramped, train_stage
 from vlbind.vocab import VOCAB
 
 TINY = ModelConfig(n_layers=2, d_model=32, d_ff=64, n_heads=2, vocab_size=480)
@@ -125,6 +127,70 @@ def test_raising_the_step_cap_resumes_and_matches_a_run_with_that_cap(tmp_path):
     resumed, _ = load_model(tmp_path / "run")
     for k, v in ref.state_dict().items():
         assert torch.equal(resumed.state_dict()[k], v), k
+
+
+RAMP_SPEC = StageSpec(8, 8, 8, 2, 4, shuffle=True)
+RAMP_CFG = TrainConfig(**{**CFG.__dict__, "ramp": True, "target_accuracy": 0.0, "max_steps": 30})  # 3 steps a length
+
+
+def by_hand(model, out, cfg=RAMP_CFG):
+    """The ramp written out: 2 objects, then 2..3, then the stage's 2..4, each a stage, the cap shared."""
+    done = 0
+    for n, name in ((2, "text_s4_n2"), (3, "text_s4_n3"), (4, "text_s4")):
+        meta = train_stage(model, replace(RAMP_SPEC, max_objects=n), replace(cfg, max_steps=cfg.max_steps - done),
+                           out / name, stage=name)
+        done += meta["steps"]
+    return done
+
+
+def test_a_ramp_trains_each_length_in_turn_as_its_own_stages_would(tmp_path):
+    ref, ramped = fresh(), fresh()
+    assert by_hand(ref, tmp_path / "hand") == 9
+    meta = train_ramped(ramped, RAMP_SPEC, RAMP_CFG, tmp_path / "run", stage="text_s4")
+    for k, v in ref.state_dict().items():
+        assert torch.equal(ramped.state_dict()[k], v), k
+    assert [(r["max_objects"], r["steps"], r["stopped_because"]) for r in meta["ramp"]] == [
+        (2, 3, "target_accuracy"), (3, 3, "target_accuracy")]
+    assert (meta["ramp_steps"], meta["steps"], meta["train_config"]["max_steps"]) == (6, 3, 30)
+    for n in (2, 3):
+        sub = json.loads((tmp_path / "run" / "ramp" / f"n{n}" / "meta.json").read_text())
+        assert (sub["stage"], sub["stage_spec"]["max_objects"]) == (f"text_s4_n{n}", n)
+    assert json.loads((tmp_path / "run" / "meta.json").read_text()) == meta
+    row = training_summary([tmp_path / "run" / "meta.json"]).iloc[0]  # training.csv's row
+    assert row["ramp_steps"] == 6 and [x.split(":")[:2] for x in row["ramp"].split()] == [["2", "3"], ["3", "3"]]
+
+
+def test_a_ramp_shares_its_stage_cap_and_a_cap_of_0_passes_the_weights_through(tmp_path):
+    meta = train_ramped(fresh(), RAMP_SPEC, replace(RAMP_CFG, max_steps=4), tmp_path / "a", stage="text_s4")
+    assert [r["steps"] for r in meta["ramp"]] == [3, 1]  # the second length stops at what the first left
+    assert (meta["ramp_steps"], meta["steps"]) == (4, 0)
+    meta = train_ramped(fresh(), RAMP_SPEC, replace(RAMP_CFG, max_steps=0), tmp_path / "b", stage="text_s4")
+    assert meta["steps"] == 0 and "ramp" not in meta and not (tmp_path / "b" / "ramp").exists()
+
+
+def test_a_ramp_killed_in_its_last_length_keeps_the_lengths_done_and_reaches_the_same_weights(tmp_path):
+    ref = fresh()
+    train_ramped(ref, RAMP_SPEC, RAMP_CFG, tmp_path / "ref", stage="text_s4")
+    calls = []
+
+    def die(step):
+        calls.append(step)
+        if len(calls) == 8:  # step 2 of the third length
+            raise Kill
+
+    with pytest.raises(Kill):
+        train_ramped(fresh(), RAMP_SPEC, RAMP_CFG, tmp_path / "run", stage="text_s4", callback=die)
+    calls.clear()
+    rerun = fresh()
+    train_ramped(rerun, RAMP_SPEC, RAMP_CFG, tmp_path / "run", stage="text_s4", callback=calls.append)
+    assert calls == [1, 2, 3]  # the two shorter lengths were not trained again
+    for k, v in ref.state_dict().items():
+        assert torch.equal(rerun.state_dict()[k], v), k
+    other = replace(RAMP_CFG, lr=1e-3)  # other settings: the lengths done are discarded and trained again
+    calls.clear()
+    train_ramped(fresh(), RAMP_SPEC, other, tmp_path / "run", stage="text_s4", callback=calls.append)
+    assert len(calls) == 9
+    assert json.loads((tmp_path / "run" / "ramp" / "n2" / "meta.json").read_text())["train_config"]["lr"] == 1e-3
 
 
 def test_same_seed_same_weights_and_metrics(tmp_path):

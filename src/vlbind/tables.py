@@ -76,18 +76,24 @@ def ood_summary(df: pd.DataFrame) -> pd.DataFrame:
 def training_summary(meta_paths: list[str | Path]) -> pd.DataFrame:
     """One row per trained stage: run, stage, steps, best step and validation accuracy, the step whose weights
     the stage kept and their validation accuracy (train.keep), the validation set's chance (NaN for models
-    trained before it was recorded), why it stopped, wall time."""
+    trained before it was recorded), why it stopped, wall time (a ramp's lengths included); for a ramped stage
+    (train.ramp) the steps of the lengths before its own (`ramp_steps`; `steps` and the step columns count its own
+    length) and per length `ramp`: max_objects:steps:best validation accuracy."""
     from .files import read_json
 
     rows = []
     for p in meta_paths:
         meta = read_json(p, "model meta.json")
+        ramp = meta.get("ramp", [])
         rows.append({"run": Path(p).parent.parent.name, "stage": meta["stage"], "steps": meta["steps"],
                      "best_step": meta["best_step"], "best_val_accuracy": meta["best_val_accuracy"],
                      "kept_step": meta.get("kept_step", meta["best_step"]),
                      "kept_val_accuracy": meta.get("kept_val_accuracy", meta["best_val_accuracy"]),
                      "val_chance": meta.get("val_chance", float("nan")),
-                     "stopped_because": meta["stopped_because"], "wall_minutes": meta["wall_seconds"] / 60})
+                     "stopped_because": meta["stopped_because"],
+                     "wall_minutes": (meta["wall_seconds"] + sum(r["wall_seconds"] for r in ramp)) / 60,
+                     "ramp_steps": meta.get("ramp_steps", 0),
+                     "ramp": " ".join(f"{r['max_objects']}:{r['steps']}:{r['best_val_accuracy']:.3f}" for r in ramp)})
     return pd.DataFrame(rows)
 
 

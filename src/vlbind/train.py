@@ -7,10 +7,11 @@ criterion), a plateau (no gain of `min_delta` over the best for `patience` valid
 `max_steps` 0 skips a stage: its starting weights pass through, validated once on the stage's task.
 The weights kept are those of the best validation (`keep: "best"`, the paper's early stopping) or of the last
 step (`keep: "last"`: a fixed training budget, for a stage whose task its starting model already solves, where
-the best validation could come before the stage changed anything). Training state (weights, optimizer, data RNG, curve)
-is saved atomically every `checkpoint_every` steps and a killed run resumes from it and reaches the same
-weights as an uninterrupted one; a saved state whose settings differ is discarded, not resumed (a raised
-`max_steps` is not a difference: kill a stage, raise its cap, and it resumes).
+the best validation could come before the stage changed anything). A length ramp (`ramp`, not in the paper;
+train_ramped) trains the stage's task on min_objects objects first, then one more at a time. Training state
+(weights, optimizer, data RNG, curve) is saved atomically every `checkpoint_every` steps and a killed run
+resumes from it and reaches the same weights as an uninterrupted one; a saved state whose settings differ is
+discarded, not resumed (a raised `max_steps` is not a difference: kill a stage, raise its cap, and it resumes).
 
 Dense supervision (`queries: "all"`, not in the paper): each training prompt queries every object of its
 context in one packed sequence (tasks.pack_queries), n labels for one pass; validation stays single-query.
@@ -29,9 +30,10 @@ import json
 import logging
 import math
 import os
+import shutil
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -41,8 +43,17 @@ import torch
 import torch.nn.functional as F
 
 from . import __version__
-from .checkpoint import load_optimizer_tensors, load_tensors, optimizer_tensors, read_metadata, save_model, save_tensors
-from .files import CorruptFileError
+from .checkpoint import (
+    META_FILE,
+    MODEL_FILE,
+    load_optimizer_tensors,
+    load_tensors,
+    optimizer_tensors,
+    read_metadata,
+    save_model,
+    save_tensors,
+)
+from .files import CorruptFileError, read_json, write_json
 from .inference import accuracy, answer_logits
 from .model import Transformer
 from .settings import from_dict
@@ -77,6 +88,7 @@ class TrainConfig:
     # query each (the paper's, which did not leave chance at text_s1: config.yaml)
     binding_loss: float = 0.0  # weight of the binding loss (module doc); 0: off (paper)
     keep: str = "best"  # weights kept: "best" validation (paper) or "last" step (module doc)
+    ramp: bool = False  # a length ramp (not in the paper; train_ramped): min_objects alone first, one more at a time
     val_images: float = 0.25  # share of the image bank's renderings held out from training for validation
     seed: int = 0
 
@@ -266,6 +278,56 @@ def train_stage(model: Transformer, spec: StageSpec, cfg: TrainConfig, out_dir: 
     how = {"stopped_because": reason, "val_chance": val_chance, "resumed": progress.resumed,
            "wall_seconds": progress.wall_before + time.time() - t0, "vlbind_version": __version__}
     return _finish(model, progress, cfg, what, how, out_dir)
+
+
+RAMP_DIR = "ramp"  # a ramped stage's shorter lengths, each a stage directory of its own, n{max_objects}
+
+
+def train_ramped(model: Transformer, spec: StageSpec, cfg: TrainConfig, out_dir: Path, *, stage: str,
+                 **kwargs) -> dict:
+    """train_stage, or with `cfg.ramp` a length ramp (not in the paper): the task on min_objects objects, then on
+    min_objects..n for n = min_objects + 1, ..., max_objects - 1, each a stage of its own in out_dir/ramp/n{n}
+    (named `{stage}_n{n}`; a fresh AdamW with its warm-up, as every stage), then the stage itself. Every length
+    ends by the stop rule (target, plateau, or the cap, which is the whole ramp's: `max_steps` less the steps
+    already taken) and the next starts from its weights; a non-finite loss ends the ramp early. The stage's meta
+    lists the lengths before it (`ramp`: max_objects, steps, stopped_because, best_val_accuracy, wall_seconds) and
+    `ramp_steps`, their sum. A rerun (after a kill) keeps the lengths already done if the stage's settings and
+    starting weights are those they were made from, and discards them otherwise.
+
+    On shuffled lists, a model from fixed-order text_s3 stays at chance on 2..8 objects from the start, and leaves
+    it with the ramp (docs/results/text-s4.md). kwargs go to train_stage (`start` applies to the first length)."""
+    if not cfg.ramp or spec.min_objects == spec.max_objects or cfg.max_steps == 0:
+        return train_stage(model, spec, cfg, out_dir, stage=stage, **kwargs)
+    out_dir, ramp_dir = Path(out_dir), Path(out_dir) / RAMP_DIR
+    key = fingerprint(stage, spec.to_dict(), {**asdict(cfg), "max_steps": None}, model.cfg.to_dict(),
+                      kwargs.get("parent"), _weights_digest(model))
+    key_file = ramp_dir / "key.json"
+    if ramp_dir.exists() and (not key_file.is_file() or read_json(key_file, "ramp key").get("key") != key):
+        log.warning("%s: discarding %s, made with other settings or starting weights", stage, ramp_dir)
+        shutil.rmtree(ramp_dir)
+    ramp_dir.mkdir(parents=True, exist_ok=True)
+    write_json(key_file, {"key": key})
+    lengths = []
+    for n in range(spec.min_objects, spec.max_objects):
+        sub, left = ramp_dir / f"n{n}", cfg.max_steps - sum(x["steps"] for x in lengths)
+        if (sub / META_FILE).is_file():  # done before a kill: its weights, not a second training
+            model.load_state_dict(load_tensors(sub / MODEL_FILE)[0])
+            meta = read_json(sub / META_FILE, "ramp length meta.json")
+            log.info("%s: length %d..%d already trained (%s), kept", stage, spec.min_objects, n, sub)
+        else:
+            meta = train_stage(model, replace(spec, max_objects=n), replace(cfg, max_steps=max(left, 0)), sub,
+                               stage=f"{stage}_n{n}", **kwargs)
+        kwargs.pop("start", None)
+        lengths.append({key: meta[key] for key in ("steps", "stopped_because", "best_val_accuracy", "wall_seconds")}
+                       | {"max_objects": n})
+        if meta["stopped_because"] == "non_finite_loss":
+            break
+    ramp_steps = sum(x["steps"] for x in lengths)
+    meta = train_stage(model, spec, replace(cfg, max_steps=max(cfg.max_steps - ramp_steps, 0)), out_dir,
+                       stage=stage, **kwargs)
+    meta = {**meta, "train_config": asdict(cfg), "ramp": lengths, "ramp_steps": ramp_steps}
+    write_json(out_dir / META_FILE, meta)
+    return meta
 
 
 @dataclass
