@@ -10,7 +10,7 @@ from vlbind.device import job_device
 from vlbind.evaluate import EvalConfig, evaluate
 from vlbind.files import atomic_write, read_json
 from vlbind.logs import setup_logging
-from vlbind.outcomes import convergence, divergence, ood_average
+from vlbind.outcomes import ood_average, with_verdicts
 from vlbind.settings import from_dict
 
 sm = snakemake  # noqa: F821
@@ -24,11 +24,10 @@ table.insert(0, "variant", sm.wildcards.variant)
 table["seed"] = meta["train_config"]["seed"]
 curves = {Path(p).parent.name: pd.read_parquet(p) for p in sm.input.curves}
 metas = {Path(p).parent.name: read_json(p, "model meta.json") for p in sm.input.metas}
-why = divergence(curves, sm.params.divergence["collapse_drop"], metas, sm.params.divergence["stall_margin"])
-table["diverged"], table["divergence"] = why is not None, why or ""
-shortfall = convergence(table[table["order"] == cfg.orders[0]], sm.params.divergence["min_in_distribution"])
-table["converged"], table["convergence"] = shortfall is None, shortfall or ""
+table = with_verdicts(table, curves, metas, sm.params.divergence, cfg.orders[0])
 atomic_write(Path(sm.output.table), lambda tmp: table.to_parquet(tmp, index=False))
-marks = "".join(f" ({mark}: {reason})" for mark, reason in (("DIVERGED", why), ("NOT CONVERGED", shortfall)) if reason)
+first = table.iloc[0]
+marks = (f" (DIVERGED: {first.divergence})" if first.diverged else "") + (
+    f" (NOT CONVERGED: {first.convergence})" if not first.converged else "")
 ood = ", ".join(f"{o} {ood_average(t):.4f}" for o, t in table.groupby("order", sort=False))
 log.info("%s %s: OOD average %s%s\n%s", sm.wildcards.variant, sm.wildcards.run, ood, marks, table.to_string())

@@ -412,6 +412,25 @@ def test_convergence_rule_marks_runs_below_the_bar_only_when_set():
     assert convergence(t, 0.95) == "mean in-distribution accuracy 0.900 < 0.95"
 
 
+def test_a_runs_verdicts_come_from_its_lineage_and_its_first_order():
+    """with_verdicts, evaluate's columns: a stage whose best validation stayed at chance marks the run diverged
+    (a ramped stage counts its lengths' steps as trained even when its own length took none); convergence is read
+    on the first order only."""
+    from vlbind.outcomes import with_verdicts
+
+    rule = {"collapse_drop": 0.5, "stall_margin": 0.05, "min_in_distribution": 0.95}
+    curve = pd.DataFrame({"step": [250], "val_accuracy": [0.27], "finite": [True]})
+    table = pd.concat([eval_table("text_only", "seed0", 0.99, 0.3).assign(order="fixed"),
+                       eval_table("text_only", "seed0", 0.5, 0.3).assign(order="shuffled")])
+    meta = {"steps": 0, "ramp_steps": 4000, "best_val_accuracy": 0.27, "val_chance": 0.25, "stopped_because": "x"}
+    out = with_verdicts(table, {"text_s4": curve}, {"text_s4": meta}, rule, "fixed")
+    assert out["diverged"].all() and "stalled at chance" in out["divergence"].iloc[0] and "4000 steps" in \
+        out["divergence"].iloc[0]
+    assert out["converged"].all()  # fixed: 0.99 in distribution; the shuffled 0.5 is not the first order
+    out = with_verdicts(table, {"text_s4": curve}, {"text_s4": {**meta, "ramp_steps": 0}}, rule, "shuffled")
+    assert not out["diverged"].any() and not out["converged"].any()  # untrained: passed through, not stalled
+
+
 def test_runs_below_the_bar_or_diverged_are_left_out_of_means_and_counted(tmp_path):
     from vlbind.figures import fig3, fig8
     from vlbind.tables import ood_summary

@@ -529,6 +529,27 @@ def test_mini_trains_the_text_arm_in_fixed_order_and_the_paper_config_shuffled()
             assert vlconfig.stage_params(switched, s, encoder) == vlconfig.stage_params(paper, s, encoder), s
 
 
+def test_the_shuffled_text_overlay_gives_mini_the_paper_configs_text_arm_and_changes_nothing_else():
+    """config/shuffled_text.yaml on top of mini: text_s4 trains (the paper config's ramp, practice prompts, batch
+    and lr), text_s5 and noise_text on shuffled lists, shuffled prompts evaluated first and analysed; every other
+    stage's settings are mini's."""
+    from vlbind import config as vlconfig
+
+    paper = vlconfig.load([ROOT / "config/config.yaml"])
+    mini = vlconfig.load([ROOT / "config/config.yaml", ROOT / "config/mini.yaml"])
+    shuffled = vlconfig.load([ROOT / f"config/{name}.yaml" for name in ("config", "mini", "shuffled_text")])
+    s4 = vlconfig.stage_params(shuffled, "text_s4")
+    assert s4["train"]["max_steps"] > 0 and s4["train"]["ramp"] and s4["task"]["solo_fraction"] > 0
+    paper_s4 = vlconfig.stage_params(paper, "text_s4")["train"]
+    assert all(s4["train"][k] == paper_s4[k] for k in ("ramp", "batch_size", "lr"))
+    assert all(shuffled["stages"][s]["task"]["shuffle"] for s in ("text_s4", "text_s5", "noise_text"))
+    assert (shuffled["evaluate"]["orders"][0], shuffled["interp"]["order"]) == ("shuffled", "shuffled")
+    for s in vlstages.STAGE_PARENTS:
+        encoder = "render_cnn" if vlconfig.uses_images(mini, s) else None
+        if s not in ("text_s4", "text_s5", "noise_text", "text_bind", "noise_text_bind"):  # controls: parent's task
+            assert vlconfig.stage_params(shuffled, s, encoder) == vlconfig.stage_params(mini, s, encoder), s
+
+
 def test_the_control_arm_is_its_text_parent_plus_the_image_arms_binding_loss_and_figures_say_so():
     from vlbind import config as vlconfig
 

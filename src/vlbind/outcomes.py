@@ -31,10 +31,11 @@ def divergence(curves: dict[str, pd.DataFrame], collapse_drop: float, metas: dic
             return (f"{stage}: validation accuracy collapsed from {best['val_accuracy']:.3f} "
                     f"(step {int(best['step'])}) to {last['val_accuracy']:.3f} (step {int(last['step'])})")
         meta = (metas or {}).get(stage, {})
-        if stall_margin is not None and meta.get("steps", 0) > 0 and "val_chance" in meta \
+        trained = meta.get("steps", 0) + meta.get("ramp_steps", 0)  # a ramped stage's lengths before its own count
+        if stall_margin is not None and trained > 0 and "val_chance" in meta \
                 and meta["best_val_accuracy"] <= meta["val_chance"] + stall_margin:
             return (f"{stage}: {STALLED} (best validation accuracy {meta['best_val_accuracy']:.3f}, chance "
-                    f"{meta['val_chance']:.3f}, after {meta['steps']} steps; stopped by {meta['stopped_because']})")
+                    f"{meta['val_chance']:.3f}, after {trained} steps; stopped by {meta['stopped_because']})")
     return None
 
 
@@ -48,6 +49,17 @@ def convergence(table: pd.DataFrame, min_in_distribution: float | None) -> str |
     if inside < min_in_distribution:
         return f"mean in-distribution accuracy {inside:.3f} < {min_in_distribution}"
     return None
+
+
+def with_verdicts(table: pd.DataFrame, curves: dict[str, pd.DataFrame], metas: dict[str, dict], rule: dict,
+                  first_order: str) -> pd.DataFrame:
+    """One run's evaluation `table` with its verdicts: `diverged` and why (`divergence`, from the training
+    `curves` and `metas` of its lineage, in training order) and `converged` and why not (`convergence`, on the
+    `first_order` evaluated); `rule` is the config's `divergence` section."""
+    why = divergence(curves, rule["collapse_drop"], metas, rule["stall_margin"])
+    shortfall = convergence(table[table["order"] == first_order], rule["min_in_distribution"])
+    return table.assign(diverged=why is not None, divergence=why or "", converged=shortfall is None,
+                        convergence=shortfall or "")
 
 
 def ood_average(table: pd.DataFrame) -> float:
