@@ -11,7 +11,9 @@ configured. An arm is levers joined by '+' (`base`: none); none hands the model 
 - `solo=F`: a share F of the retrieval prompts are solo-context practice prompts (the queried object alone in the
   context, the list whole; StageSpec.solo_fraction); `lookup=F`: one-hop lookups (query an association key,
   answer its item; StageSpec.lookup_fraction). Validation leaves practice prompts out.
-- `ramp`: a length ramp, 2 objects, then 2..3, ..., 2..8, each to --target on its own validation before the next;
+- `ramp`: a length ramp, 2 objects, then 2..3, ..., 2..8, each to --target on its own validation before the next
+  (the DAG's is train.train_ramped, `train.ramp`: the same lengths, but a length that ends short of its target on
+  the plateau rule moves on to the next, where this tool ends the run);
 - `carry`: the optimizer's state carried from the parent (its optimizer.safetensors) and through the ramp, with
   no second warm-up (without it every stage starts a fresh AdamW and warms up, as in the DAG);
 - `one`: one query per training prompt (the paper's) instead of every object queried (config.yaml's);
