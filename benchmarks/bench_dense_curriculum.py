@@ -6,14 +6,15 @@ per arm and seed, all side by side, one process each. Prints a table; asserts no
 
 Trains the text curriculum of config/config.yaml + config/mini.yaml (`--paper`: config/config.yaml alone, the
 paper's 12 x 128 model) once per arm and seed, each from the same initial weights and data stream for a seed.
-An arm is `train.queries` (`all`: every object queried, mini's; `one`: the paper's) with optional train
-overrides after a colon, e.g. `one:lr=3e-4,warmup_steps=500`. Every stage stops as the config says (a target,
-or the plateau rule: `train.patience` validations without a gain), at `--cap` steps at the latest, or at
-`--target` when given; the next stage starts from its kept weights, as in the DAG. With `--out`, each run's
-validation log (every `train.eval_every` steps) and a CSV of stage rows stay there, written as they happen, so a
-run stopped from outside keeps what it had, and each stage's directory holds its weights and its optimizer's
-last state (optimizer.safetensors: bench_text_s4.py --carry-optimizer continues it). On a CPU each process has one
-thread: give each its own core.
+An arm is `train.queries` (`all`: every object queried, mini's; `one`: the paper's) with optional overrides
+after a colon, e.g. `one:lr=3e-4,warmup_steps=500`: train keys, or task keys (StageSpec fields, e.g.
+`symmetric_fraction=0`) for every stage or, as `key@stage=value`, for one (`symmetric_fraction@text_s1=0`).
+Every stage stops as the config says (a target, or the plateau rule: `train.patience` validations without a
+gain), at `--cap` steps at the latest, or at `--target` when given; the next stage starts from its kept
+weights, as in the DAG. With `--out`, each run's validation log (every `train.eval_every` steps) and a CSV of
+stage rows stay there, written as they happen, so a run stopped from outside keeps what it had, and each
+stage's directory holds its weights and its optimizer's last state (optimizer.safetensors: bench_text_s4.py's
+`carry` continues it). On a CPU each process has one thread: give each its own core.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import csv
 import logging
 import multiprocessing as mp
 import tempfile
+from dataclasses import fields
 from pathlib import Path
 
 import torch
@@ -64,11 +66,16 @@ def run(arm: str, seed: int, paper: bool, stages: list[str], cap: int, target: f
                         handlers=[logging.FileHandler(out / f"{name}.log")])
     paths = [ROOT / "config/config.yaml"] + ([] if paper else [ROOT / "config/mini.yaml"])
     config = vlconfig.load(paths)
-    config["train"].update(parse_arm(arm))
+    overrides, task_keys = parse_arm(arm), {f.name for f in fields(StageSpec)}
+    config["train"].update({k: v for k, v in overrides.items() if k.partition("@")[0] not in task_keys})
     torch.manual_seed(seed)
     model, rows = Transformer(ModelConfig(**config["model"])), []
     for stage in stages:
         params = vlconfig.stage_params(config, stage)
+        for key, value in overrides.items():
+            name, _, only = key.partition("@")
+            if name in task_keys and only in ("", stage):
+                params["task"][name] = value
         params["train"]["max_steps"] = min(cap, params["train"]["max_steps"])
         if target is not None:
             params["train"]["target_accuracy"] = target

@@ -3,6 +3,7 @@
 
 import csv
 import importlib.util
+import json
 from pathlib import Path
 
 import pandas as pd
@@ -55,3 +56,19 @@ def test_a_ramp_run_writes_its_row(tmp_path, parent):
 def test_a_run_out_of_time_keeps_its_row(tmp_path, parent):
     row = bench.run("base", 0, parent, False, 50, 0.95, "cpu", False, tmp_path, deadline=0.0)
     assert (row["status"], row["steps"], row["pass_8"]) == ("out_of_time", 1, "")
+
+
+def test_the_curriculum_benchs_arm_sets_task_keys_for_every_stage_or_one(tmp_path):
+    """bench_dense_curriculum.py: `symmetric_fraction@text_s1=0.25` sets that task key of text_s1 only; train keys
+    go to every stage's train section."""
+    spec = importlib.util.spec_from_file_location("bench_dense", ROOT / "benchmarks/bench_dense_curriculum.py")
+    dense = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(dense)
+    rows = dense.run("all:symmetric_fraction@text_s1=0.25,lr=3e-4", 0, False, ["text_s1", "text_s2"], 1, None, "cpu",
+                     tmp_path)
+    assert [r["steps"] for r in rows] == [1, 1]
+    (run,) = [p for p in tmp_path.iterdir() if p.is_dir()]
+    metas = {s: json.loads((run / s / "meta.json").read_text()) for s in ("text_s1", "text_s2")}
+    assert metas["text_s1"]["stage_spec"]["symmetric_fraction"] == 0.25
+    assert metas["text_s2"]["stage_spec"]["symmetric_fraction"] == 0.0  # mini's
+    assert {m["train_config"]["lr"] for m in metas.values()} == {3e-4}
