@@ -105,7 +105,8 @@ def test_smoke_dag_draws_fig3_fig7_and_fig8_with_every_variant(smoke_tree):
     assert all(summary.loc[(o, v), "runs"] == len(RUNS[v]) for o, v in summary.index)
     training = pd.read_csv(smoke_tree / "results/tables/training.csv")
     assert len(training) == len(SEEDS) * (len(TEXT_STAGES) + len(ENCODERS) * len(VISION_STAGES))
-    assert (training["steps"] == 10).all()
+    assert (training["steps"] + training["ramp_steps"] == 10).all()  # text_s4's ramp: its lengths share its cap
+    assert (training.loc[training["stage"] == "text_s4", "ramp_steps"] == 10).all()  # 2 objects, no plateau in 10
 
 
 def test_the_dag_ends_by_saying_how_many_runs_converged(smoke_tree):
