@@ -309,16 +309,17 @@ def train_ramped(model: Transformer, spec: StageSpec, cfg: TrainConfig, out_dir:
     write_json(key_file, {"key": key})
     lengths = []
     for n in range(spec.min_objects, spec.max_objects):
-        sub, left = ramp_dir / f"n{n}", cfg.max_steps - sum(x["steps"] for x in lengths)
+        sub = ramp_dir / f"n{n}"
         if (sub / META_FILE).is_file():  # done before a kill: its weights, not a second training
             model.load_state_dict(load_tensors(sub / MODEL_FILE)[0])
             meta = read_json(sub / META_FILE, "ramp length meta.json")
             log.info("%s: length %d..%d already trained (%s), kept", stage, spec.min_objects, n, sub)
         else:
-            meta = train_stage(model, replace(spec, max_objects=n), replace(cfg, max_steps=max(left, 0)), sub,
+            left = max(cfg.max_steps - sum(x["steps"] for x in lengths), 0)
+            meta = train_stage(model, replace(spec, max_objects=n), replace(cfg, max_steps=left), sub,
                                stage=f"{stage}_n{n}", **kwargs)
         kwargs.pop("start", None)
-        lengths.append({key: meta[key] for key in ("steps", "stopped_because", "best_val_accuracy", "wall_seconds")}
+        lengths.append({k: meta[k] for k in ("steps", "stopped_because", "best_val_accuracy", "wall_seconds")}
                        | {"max_objects": n})
         if meta["stopped_because"] == "non_finite_loss":
             break
