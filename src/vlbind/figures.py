@@ -4,7 +4,7 @@ fig3: text-modality accuracy vs number of objects, mean +- standard error over r
 training range shaded, each variant's OOD average (mean over runs of the per-run OOD average) in the legend;
 one panel per association-list order evaluated (evaluate.orders).
 Runs marked diverged or not converged by the evaluation (outcomes.divergence, outcomes.convergence) are left
-out of means and counted in the legend.
+out of means; the legend counts the runs a mean uses ("k of n runs"), the footnote says why the others are not.
 fig7: example renderings from the image bank.
 fig8: one panel per variant (and row per order) with every run drawn individually (appendix E), runs left out of
 means dashed.
@@ -72,7 +72,7 @@ def fig3(df: pd.DataFrame, path: str | Path, note: str = "") -> pd.DataFrame:
         _fig3_panel(ax, d)
         ax.set_title(f"Indirect retrieval, {ORDER_TITLES[order]}", fontsize=9)
     axes[0][0].set_ylabel("accuracy (text, query by color)")
-    return save(fig, path, note)
+    return save(fig, path, " ".join(filter(None, [note, FIG3_RUNS_NOTE])))
 
 
 def _fig3_panel(ax, df: pd.DataFrame) -> None:
@@ -85,34 +85,49 @@ def _fig3_panel(ax, df: pd.DataFrame) -> None:
         se = (d.std(ddof=1) / np.sqrt(n)).fillna(0.0)
         s = summary.loc[v]
         se_text = f" ± {100 * s.ood_se:.1f}" if s.runs > 1 else ""
-        label = f"{v} (OOD {100 * s.ood_mean:.1f}%{se_text}, {int(s.runs)} runs{_left_out(s)})"
+        label = f"{v}: OOD {100 * s.ood_mean:.1f}%{se_text} ({_runs_used(s)})"
         color = VARIANT_COLORS.get(v)
         ax.plot(mean.index, mean.values, marker="o", ms=3, color=color, label=label)
         ax.fill_between(mean.index, mean - se, mean + se, color=color, alpha=0.25, lw=0)
     n = np.arange(df["n_objects"].min(), df["n_objects"].max() + 1)
     for v in set(_variants(df)) - set(_variants(used)):  # every run left out: say so
-        ax.plot([], [], color=VARIANT_COLORS.get(v), label=f"{v} (no run used{_left_out(summary.loc[v])})")
+        ax.plot([], [], color=VARIANT_COLORS.get(v), label=f"{v}: no OOD mean ({_runs_used(summary.loc[v])})")
     ax.plot(n, 1 / n, ls=":", color="0.4", lw=1, label="chance (1 / objects)")
     ax.set_xlabel("number of objects in context")
     _legend_above(ax)
 
 
 def _legend_above(ax, fontsize: float = 6, ncol: int = 2) -> None:
-    """The legend in a band above accuracy 1, where no data is, so that it never covers a curve."""
-    rows = -(-len(ax.get_legend_handles_labels()[1]) // ncol)
-    height = ax.get_position().height * ax.figure.get_size_inches()[1] * 0.85  # inches, less what layout takes
-    band = (rows * 1.4 * fontsize + 4) / 72  # inches the legend takes
-    top = 1.03 * height / (height - band)
-    if ax.get_autoscaley_on() or ax.get_ylim()[1] < top:  # shared y axes: the panel with the most rows decides
-        ax.set(ylim=(0, top))
+    """The legend in a band above accuracy 1, where no data is, so that it never covers a curve; in `ncol`
+    columns, or fewer where that many would be wider than the panel."""
+    entries = len(ax.get_legend_handles_labels()[1])
+    renderer = ax.figure.canvas.get_renderer()
+    for cols in range(ncol, 0, -1):
+        rows = -(-entries // cols)
+        height = ax.get_position().height * ax.figure.get_size_inches()[1] * 0.85  # inches, less what layout takes
+        band = (rows * 1.4 * fontsize + 4) / 72  # inches the legend takes
+        top = 1.03 * height / (height - band)
+        if ax.get_autoscaley_on() or ax.get_ylim()[1] < top:  # shared y axes: the panel with the most rows decides
+            ax.set(ylim=(0, top))
+        legend = ax.legend(fontsize=fontsize, loc="upper center", ncol=cols, frameon=False, borderaxespad=0.2,
+                           columnspacing=0.8)
+        ax.figure.tight_layout()  # the panels' widths as save() will lay them out, near enough
+        if legend.get_window_extent(renderer).width <= 0.95 * ax.get_window_extent(renderer).width:
+            break
     ax.set_yticks(np.linspace(0, 1, 5))
-    ax.legend(fontsize=fontsize, loc="upper center", ncol=ncol, frameon=False, borderaxespad=0.2, columnspacing=0.8)
 
 
-def _left_out(s: pd.Series) -> str:
-    parts = [f"{int(s.diverged_runs)} diverged"] if s.diverged_runs else []
-    parts += [f"{int(s.unconverged_runs)} not converged"] if s.unconverged_runs else []
-    return f", {' and '.join(parts)} left out" if parts else ""
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}{'' if n == 1 else 's'}"
+
+
+def _runs_used(s: pd.Series) -> str:
+    """'k of n runs': how many of a variant's runs its mean uses (FIG3_RUNS_NOTE says why the others are not)."""
+    return f"{int(s.runs)} of {int(s.runs + s.diverged_runs + s.unconverged_runs)} runs"
+
+
+FIG3_RUNS_NOTE = ("k of n runs: the mean leaves out runs that diverged or did not converge "
+                  "(the OOD table says which).")
 
 
 @figure
@@ -202,15 +217,20 @@ def fig4(df: pd.DataFrame, path, note: str = "", circuits: pd.DataFrame | None =
         for (label, position), rs in by_label.items():
             title = v if len(by_label) == 1 else f"{v}: {label} ({', '.join(rs)})"
             panels.append((title, position, _at(d[d["run"].isin(rs)], position)))
-    width = 3.6
-    fig, axes = plt.subplots(1, len(panels), figsize=(width * len(panels), 4.2), sharey=True, squeeze=False)
-    for ax, (title, position, d) in zip(axes[0], panels):
+    width, cols = 3.6, min(4, len(panels))  # rows of at most four panels, as fig9
+    rows = -(-len(panels) // cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(width * cols, 3.4 * rows + 0.8), sharey=True, squeeze=False)
+    for ax in axes.flat[len(panels):]:
+        ax.axis("off")
+    for ax, (title, position, d) in zip(axes.flat, panels):
         _label_bars(ax, _shares(d))
         kept = d.groupby("run")["pairs_kept"].first().sum()
-        ax.set_title(f"{textwrap.fill(title, int(width * 14))}\npatched at {position}; {d['run'].nunique()} runs, "
-                     f"{kept} pairs", fontsize=7)
+        runs = _count(d["run"].nunique(), "run")
+        ax.set_title(f"{textwrap.fill(title, int(width * 14))}\npatched at {position}; {runs}, {kept} pairs",
+                     fontsize=7)
     _legend_above(axes[0][0], ncol=3)  # shared y: every panel keeps the band
-    axes[0][0].set_ylabel("share of patched answers")
+    for row in axes:
+        row[0].set_ylabel("share of patched answers")
     return save(fig, path, note)
 
 
@@ -344,7 +364,8 @@ FOOTNOTE_PT = 6.5  # the footnote's font size; a line of it takes FOOTNOTE_PT * 
 def save(fig, path, note: str = "") -> pd.DataFrame:
     """Lay out `fig` with `note` (the config's figure note: the scale it was run at) as a footnote along its
     bottom edge, write it to `path` atomically (its format from the suffix), close it and return what it drew
-    (`plotted`): every figure function returns that, so tests check the data, not just a file header. What
+    (`plotted`, with attrs `layout` and `legends`, each legend's entries): every figure function returns that, so
+    tests check the data, not just a file header. What
     each variant was trained on is the report caption's (config.training_note), not the figure's."""
     path = Path(path)
     bottom = 0.0
@@ -356,6 +377,8 @@ def save(fig, path, note: str = "") -> pd.DataFrame:
     fig.tight_layout(rect=(0, bottom, 1, 1))
     drawn = plotted(fig)
     drawn.attrs["layout"] = layout(fig)
+    drawn.attrs["legends"] = [[t.get_text() for t in ax.get_legend().get_texts()]
+                              for ax in fig.axes if ax.get_legend() is not None]  # per panel with one
     atomic_write(path, lambda tmp: fig.savefig(tmp, format=path.suffix.lstrip(".")))
     plt.close(fig)
     return drawn
@@ -363,15 +386,19 @@ def save(fig, path, note: str = "") -> pd.DataFrame:
 
 def layout(fig) -> dict:
     """How much of the figure its plots take: `axes_height` (from the lowest panel's bottom to the highest's top)
-    and `axes_area` (the box around every panel, colorbars left out), each a fraction of the figure's; and
-    `legend_bottom`, the lowest legend's bottom edge in its panel's data coordinates."""
+    and `axes_area` (the box around every panel, colorbars left out), each a fraction of the figure's;
+    `legend_bottom`, the lowest legend's bottom edge in its panel's data coordinates; and `legend_overhang`, the
+    most inches a legend reaches past its panel's left or right edge (<= 0: every legend within its panel)."""
     fig.canvas.draw()
     boxes = [ax.get_position() for ax in fig.axes if ax.get_label() != "<colorbar>" and ax.axison]
     height = max(b.y1 for b in boxes) - min(b.y0 for b in boxes)
-    legends = [ax.transData.inverted().transform(ax.get_legend().get_window_extent())[0, 1]
-               for ax in fig.axes if ax.get_legend() is not None]
+    with_legend = [ax for ax in fig.axes if ax.get_legend() is not None]
+    legends = [ax.transData.inverted().transform(ax.get_legend().get_window_extent())[0, 1] for ax in with_legend]
+    overhang = [max(a.x0 - leg.x0, leg.x1 - a.x1) / fig.dpi for a, leg in
+                ((ax.get_window_extent(), ax.get_legend().get_window_extent()) for ax in with_legend)]
     return {"axes_area": (max(b.x1 for b in boxes) - min(b.x0 for b in boxes)) * height, "axes_height": height,
-            "legend_bottom": min(legends, default=float("nan"))}
+            "legend_bottom": min(legends, default=float("nan")),
+            "legend_overhang": max(overhang, default=float("nan"))}
 
 
 def plotted(fig) -> pd.DataFrame:
