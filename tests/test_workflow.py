@@ -15,6 +15,7 @@ import pandas as pd
 import pytest
 import yaml
 
+from vlbind import captions as vlcaptions
 from vlbind import config as vlconfig
 from vlbind import stages as vlstages
 
@@ -334,8 +335,9 @@ def test_code_is_formatted_and_lint_free():
 
 
 def test_dag_building_and_figures_import_no_torch_and_no_consumer_imports_training():
-    code = ("import sys, vlbind.config, vlbind.figures, vlbind.qwen.figures, vlbind.outcomes, vlbind.tables, "
-            "vlbind.interp; assert 'torch' not in sys.modules, 'torch imported'")
+    code = ("import sys, vlbind.config, vlbind.captions; assert 'matplotlib' not in sys.modules, 'matplotlib'; "
+            "import vlbind.figures, vlbind.qwen.figures, vlbind.outcomes, vlbind.tables, vlbind.interp; "
+            "assert 'torch' not in sys.modules, 'torch imported'")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     consumers = [ROOT / "src/vlbind/evaluate.py", *(ROOT / "src/vlbind/interp").glob("*.py")]
@@ -374,7 +376,6 @@ def test_validation_reads_a_config_and_never_changes_it(overlays):
     config.stage_section, never written into the config."""
     import copy
 
-    from vlbind import config as vlconfig
 
     raw = {}
     for path in ["config/config.yaml", *overlays]:
@@ -386,7 +387,6 @@ def test_validation_reads_a_config_and_never_changes_it(overlays):
 def test_rule_params_do_not_depend_on_the_order_keys_were_merged_in():
     """Snakemake compares params as written: the same settings in another key order must not rerun a job."""
 
-    from vlbind import config as vlconfig
 
     def reverse(d):
         return {k: reverse(d[k]) for k in reversed(list(d))} if isinstance(d, dict) else d
@@ -405,7 +405,6 @@ def test_settings_at_their_schema_default_are_left_out_of_stage_params():
     default is what the library does when the key is absent (the dataclass default) and config.yaml's value."""
     import dataclasses
 
-    from vlbind import config as vlconfig
     from vlbind.tasks import StageSpec
     from vlbind.train import TrainConfig
 
@@ -532,7 +531,6 @@ def test_readme_commands_run_as_written_in_the_smoke_tree(smoke_tree):
 def test_mini_trains_the_text_arm_in_fixed_order_and_the_paper_config_shuffled():
     """mini skips text_s4 (max_steps 0) and keeps text_s5 and noise_text in context order; the paper config
     trains all three on shuffled lists. The image arm is shuffled in both."""
-    from vlbind import config as vlconfig
 
     paper = vlconfig.load([ROOT / "config/config.yaml"])
     mini = vlconfig.load([ROOT / "config/config.yaml", ROOT / "config/mini.yaml"])
@@ -560,7 +558,6 @@ def test_the_shuffled_text_overlay_gives_mini_the_paper_configs_text_arm_and_cha
     """config/shuffled_text.yaml on top of mini: text_s4 trains (the paper config's ramp, practice prompts, batch
     and lr), text_s5 and noise_text on shuffled lists, shuffled prompts evaluated first and analysed; every other
     stage's settings are mini's."""
-    from vlbind import config as vlconfig
 
     paper = vlconfig.load([ROOT / "config/config.yaml"])
     mini = vlconfig.load([ROOT / "config/config.yaml", ROOT / "config/mini.yaml"])
@@ -578,7 +575,6 @@ def test_the_shuffled_text_overlay_gives_mini_the_paper_configs_text_arm_and_cha
 
 
 def test_the_control_arm_is_its_text_parent_plus_the_image_arms_binding_loss_and_figures_say_so():
-    from vlbind import config as vlconfig
 
     mini = vlconfig.load([ROOT / "config/config.yaml", ROOT / "config/mini.yaml"])
     params = {s: vlconfig.stage_params(mini, s) for s in ("text_s5", "noise_text", "image_text", *CONTROL_STAGES)}
@@ -590,19 +586,18 @@ def test_the_control_arm_is_its_text_parent_plus_the_image_arms_binding_loss_and
         assert params[control]["train"]["binding_loss"] == params["image_text"]["train"]["binding_loss"] > 0
         assert params[control]["train"]["keep"] == "last"
     assert "binding_loss" not in params["text_s5"]["train"]  # at its default, 0: the text arm has no binding loss
-    note = vlconfig.training_note(mini, [*mini["variants"], "text_bind"])
+    note = vlcaptions.training_note(mini, [*mini["variants"], "text_bind"])
     assert "text_only, noise_text: fixed-order lists (text_s4 skipped), no binding loss" in note
     assert "image_text, noise_image_text: shuffled lists (text_s4 skipped), binding loss 1 from image on" in note
     assert "text_bind: fixed-order lists (text_s4 skipped), binding loss 1 from text_bind on (1750 steps" in note
     paper = vlconfig.load([ROOT / "config/config.yaml"])
-    assert vlconfig.training_note(paper, paper["variants"]) == (
+    assert vlcaptions.training_note(paper, paper["variants"]) == (
         "text_only, noise_text, image_text, noise_image_text: shuffled lists, no binding loss")
 
 
 def test_the_curriculum_control_is_the_image_arm_with_every_context_in_text():
     """Each curriculum stage is its image stage's section (task, start, train: caps, binding loss) with
     image_fraction 0, from the same parent (grounding), trained once per seed (no encoder, no projector)."""
-    from vlbind import config as vlconfig
 
     for overlays in (["config/config.yaml"], ["config/config.yaml", "config/mini.yaml"]):
         config = vlconfig.load([ROOT / p for p in overlays])
@@ -622,7 +617,7 @@ def test_the_curriculum_control_is_the_image_arm_with_every_context_in_text():
     assert vlconfig.stage_params(mini, "curriculum_image")["start"]["task"]["max_objects"] == 2
     assert vlconfig.stage_params(mini, "curriculum_text")["train"]["binding_loss"] == 1.0
     assert "curriculum_text, noise_curriculum_text: shuffled lists (text_s4 skipped), binding loss 1 from " \
-           "curriculum_image on" in vlconfig.training_note(mini, mini["variants"])
+           "curriculum_image on" in vlcaptions.training_note(mini, mini["variants"])
 
 
 def test_a_changed_image_stage_setting_reruns_its_curriculum_copy_too(smoke_tree, tmp_path):

@@ -366,7 +366,7 @@ def save(fig, path, note: str = "") -> pd.DataFrame:
     bottom edge, write it to `path` atomically (its format from the suffix), close it and return what it drew
     (`plotted`, with attrs `layout` and `legends`, each legend's entries): every figure function returns that, so
     tests check the data, not just a file header. What
-    each variant was trained on is the report caption's (config.training_note), not the figure's."""
+    each variant was trained on is the report caption's (captions.training_note), not the figure's."""
     path = Path(path)
     bottom = 0.0
     if note:

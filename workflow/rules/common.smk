@@ -1,5 +1,6 @@
 # Config validation and the helpers rules share. Nothing here imports torch: building the DAG stays cheap.
 import vlbind.interp
+from vlbind import captions as vlcaptions
 from vlbind import config as vlconfig
 from vlbind import stages as vlstages
 

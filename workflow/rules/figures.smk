@@ -19,8 +19,8 @@ rule fig3:
     conda:
         "../envs/vlbind.yaml"
     params:
-        note=vlconfig.figure_note(config),
-        trained=vlconfig.training_note(config, config["variants"]),  # the caption's
+        note=vlcaptions.figure_note(config),
+        trained=vlcaptions.training_note(config, config["variants"]),  # the caption's
     script:
         "../../scripts/figure.py"
 

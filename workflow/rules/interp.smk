@@ -90,7 +90,7 @@ rule interp_figure:
     conda:
         "../envs/vlbind.yaml"
     params:
-        note=vlconfig.figure_note(config, config["interp"]["order"]),
-        trained=vlconfig.training_note(config, config["interp"]["variants"]),  # the caption's
+        note=vlcaptions.figure_note(config, config["interp"]["order"]),
+        trained=vlcaptions.training_note(config, config["interp"]["variants"]),  # the caption's
     script:
         "../../scripts/interp_figure.py"

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from vlbind import config, figures
+from vlbind import captions, config, figures
 
 ROOT = Path(__file__).resolve().parents[3]
 RESULTS, OUT = ROOT / "results", Path(__file__).resolve().parent
@@ -29,7 +29,7 @@ if (table := concat("eval/*/*.parquet")) is None:
     raise SystemExit("no results/eval/*/*.parquet: run the mini DAG first")
 table.to_csv(OUT / "eval_by_length.csv", index=False)
 mini = config.load([ROOT / "config/config.yaml", ROOT / "config/mini.yaml"])
-figures.fig3(table, OUT / "fig3.png", config.figure_note(mini))  # the footnote rule fig3 gives it
+figures.fig3(table, OUT / "fig3.png", captions.figure_note(mini))  # the footnote rule fig3 gives it
 for kind in ("interchange", "knockout", "probes", "layer_relevance"):  # a text-arm-only run has none
     if (table := concat(f"interp/{kind}/*/*.parquet")) is not None:
         table.to_csv(OUT / f"{kind}.csv", index=False)
