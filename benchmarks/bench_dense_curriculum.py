@@ -73,9 +73,9 @@ def run(arm: str, seed: int, paper: bool, stages: list[str], cap: int, target: f
     for stage in stages:
         params = vlconfig.stage_params(config, stage)
         for key, value in overrides.items():
-            name, _, only = key.partition("@")
-            if name in task_keys and only in ("", stage):
-                params["task"][name] = value
+            task_key, _, only = key.partition("@")
+            if task_key in task_keys and only in ("", stage):
+                params["task"][task_key] = value
         params["train"]["max_steps"] = min(cap, params["train"]["max_steps"])
         if target is not None:
             params["train"]["target_accuracy"] = target

@@ -68,6 +68,8 @@ def test_the_curriculum_benchs_arm_sets_task_keys_for_every_stage_or_one(tmp_pat
                      tmp_path)
     assert [r["steps"] for r in rows] == [1, 1]
     (run,) = [p for p in tmp_path.iterdir() if p.is_dir()]
+    assert run.name == "all_symmetric_fraction@text_s1=0.25_lr=3e-4-seed0"  # the run's, not a task key's
+    assert (tmp_path / f"{run.name}.csv").is_file()
     metas = {s: json.loads((run / s / "meta.json").read_text()) for s in ("text_s1", "text_s2")}
     assert metas["text_s1"]["stage_spec"]["symmetric_fraction"] == 0.25
     assert metas["text_s2"]["stage_spec"]["symmetric_fraction"] == 0.0  # mini's
