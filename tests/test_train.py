@@ -255,6 +255,29 @@ def test_a_stage_keeps_the_weights_of_its_best_validation_or_of_its_last_step(tm
     assert all(torch.equal(loaded.state_dict()[k], v) for k, v in seen[kept].items())
 
 
+@pytest.mark.parametrize("keep", ["best", "last"])
+@pytest.mark.parametrize("poison_at", [4, 1], ids=["after_a_finite_validation", "before_any"])
+def test_a_non_finite_loss_ends_the_stage_with_finite_weights(tmp_path, keep, poison_at):
+    """A NaN in the weights after step `poison_at` makes the loss non-finite: the stage stops at the next
+    validation and keeps the best finite validation's weights (step 3's), or the starting weights where no
+    validation was finite, whatever `keep` says; nothing it writes holds a NaN weight."""
+    model, seen = fresh(), {0: weights(fresh())}
+    cfg = TrainConfig(**{**CFG.__dict__, "keep": keep})
+
+    def poison(step):
+        seen[step] = weights(model)
+        if step == poison_at:
+            with torch.no_grad():
+                next(model.parameters()).fill_(float("nan"))
+
+    meta = train_stage(model, SPEC, cfg, tmp_path, stage="text_s1", callback=poison)
+    kept = 3 if poison_at > 3 else 0
+    assert (meta["stopped_because"], meta["steps"], meta["kept_step"]) == ("non_finite_loss", 6 if kept else 3, kept)
+    assert np.isnan(meta["best_val_accuracy"]) == (kept == 0)
+    loaded, _ = load_model(tmp_path)
+    assert all(torch.equal(loaded.state_dict()[k], v) for k, v in seen[kept].items())
+
+
 def test_warmup_then_constant():
     cfg = TrainConfig(lr=1e-3, warmup_steps=2000)
     assert lr_at(1, cfg) == pytest.approx(1e-3 / 2000)

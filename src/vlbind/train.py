@@ -367,11 +367,11 @@ class _Progress:
         self.history.append({"step": self.step, "train_loss": float(trained.mean()), "val_accuracy": acc,
                              "lr": lr_at(self.step, cfg), "grad_norm": float(grad_norm), "steps_per_s": rate,
                              "finite": bool(torch.isfinite(trained).all())})
+        if not self.history[-1]["finite"]:  # these weights are never kept (_finish)
+            return "non_finite_loss"
         if acc >= self.best_acc + cfg.min_delta or self.best_acc < 0:
             self.best_acc, self.best_step = acc, self.step
             self.best_state = {k: v.detach().clone() for k, v in model.state_dict().items()}
-        if not self.history[-1]["finite"]:
-            return "non_finite_loss"
         if cfg.target_accuracy is not None and acc >= cfg.target_accuracy:
             return "target_accuracy"
         learning = not cfg.plateau_above_chance or self.best_acc >= val_chance + cfg.plateau_above_chance
@@ -392,20 +392,22 @@ class _Progress:
 
 
 def _finish(model: Transformer, progress: _Progress, cfg: TrainConfig, what: dict, how: dict, out_dir: Path) -> dict:
-    """Keep the weights `cfg.keep` says (the best validation's or the last step's), write the stage's model
-    directory (weights; meta: `what` was trained, the steps and accuracies, `how` it ended; curve), drop its
-    resume state; return the meta."""
-    if cfg.keep == "best":
+    """Keep the weights `cfg.keep` says (the best validation's or the last step's; after a non-finite loss, the
+    best finite validation's, or the starting weights where there was none: best step 0, best accuracy NaN),
+    write the stage's model directory (weights; meta: `what` was trained, the steps and accuracies, `how` it
+    ended; curve), drop its resume state; return the meta."""
+    last = cfg.keep == "last" and how["stopped_because"] != "non_finite_loss"
+    if not last:
         model.load_state_dict(progress.best_state)
-    kept = progress.history[-1] if cfg.keep == "last" else {"step": progress.best_step,
-                                                            "val_accuracy": progress.best_acc}
-    meta = {**what, "steps": progress.step, "best_step": progress.best_step, "best_val_accuracy": progress.best_acc,
+    best_acc = progress.best_acc if progress.best_acc >= 0 else float("nan")  # -1: no finite validation
+    kept = progress.history[-1] if last else {"step": progress.best_step, "val_accuracy": best_acc}
+    meta = {**what, "steps": progress.step, "best_step": progress.best_step, "best_val_accuracy": best_acc,
             "kept_step": kept["step"], "kept_val_accuracy": kept["val_accuracy"], **how}
     save_model(out_dir, model, meta, pd.DataFrame(progress.history))
     (out_dir / RESUME_FILE).unlink(missing_ok=True)
     log.info("%s done: %s after %d steps, best val acc %.4f at step %d; kept the weights of step %d (%s)",
-             meta["stage"], meta["stopped_because"], progress.step, progress.best_acc, progress.best_step, kept["step"],
-             cfg.keep)
+             meta["stage"], meta["stopped_because"], progress.step, best_acc, progress.best_step, kept["step"],
+             "last" if last else "best")
     return meta
 
 
