@@ -437,8 +437,8 @@ def test_convergence_rule_marks_runs_below_the_bar_only_when_set():
 
 def test_a_runs_verdicts_come_from_its_lineage_and_its_first_order():
     """with_verdicts, evaluate's columns: a stage whose best validation stayed at chance marks the run diverged
-    (a ramped stage counts its lengths' steps as trained even when its own length took none); convergence is read
-    on the first order only."""
+    (a ramped stage counts its lengths' steps as trained even when its own length took none), as does a length of
+    its ramp that ended on a non-finite loss; convergence is read on the first order only."""
     from vlbind.outcomes import with_verdicts
 
     rule = {"collapse_drop": 0.5, "stall_margin": 0.05, "min_in_distribution": 0.95}
@@ -452,6 +452,11 @@ def test_a_runs_verdicts_come_from_its_lineage_and_its_first_order():
     assert out["converged"].all()  # fixed: 0.99 in distribution; the shuffled 0.5 is not the first order
     out = with_verdicts(table, {"text_s4": curve}, {"text_s4": {**meta, "ramp_steps": 0}}, rule, "shuffled")
     assert not out["diverged"].any() and not out["converged"].any()  # untrained: passed through, not stalled
+    lengths = [{"max_objects": 2, "stopped_because": "target_accuracy"},
+               {"max_objects": 3, "stopped_because": "non_finite_loss"}]  # then its own length, finite
+    out = with_verdicts(table, {"text_s4": curve}, {"text_s4": {**meta, "best_val_accuracy": 0.9, "ramp": lengths}},
+                        rule, "fixed")
+    assert out["divergence"].iloc[0] == "text_s4: non-finite loss in its ramp, at 3 objects"
 
 
 def test_runs_below_the_bar_or_diverged_are_left_out_of_means_and_counted(tmp_path):

@@ -13,13 +13,18 @@ STALLED = "stalled at chance"  # how divergence names a stage whose best validat
 def divergence(curves: dict[str, pd.DataFrame], collapse_drop: float, metas: dict[str, dict] | None = None,
                stall_margin: float | None = None) -> str | None:
     """Why a run counts as diverged, or None, from the training curves (metrics.parquet) of every stage in
-    its lineage, in training order: the first stage with a non-finite training loss, or whose last
+    its lineage, in training order: the first stage with a non-finite training loss (in a length of its ramp,
+    from `metas`, or in its own curve), or whose last
     validation accuracy lies more than `collapse_drop` below its best, or (with `metas`, the stages' meta.json,
     and `stall_margin`) that trained but whose best validation stayed within `stall_margin` of chance (the
     stage's `val_chance`): it stalled, e.g. on a plateau at chance, and what follows it builds on a model that
     learnt nothing there. Such runs are marked in the result tables and left out of means (fig3, OOD table),
     as the paper leaves out its one divergent run."""
     for stage, curve in curves.items():
+        meta = (metas or {}).get(stage, {})
+        for length in meta.get("ramp") or []:  # a ramped stage's shorter lengths, trained before its own curve
+            if length["stopped_because"] == "non_finite_loss":
+                return f"{stage}: non-finite loss in its ramp, at {length['max_objects']} objects"
         if curve.empty:
             continue
         bad = curve[~curve["finite"]]
@@ -30,7 +35,6 @@ def divergence(curves: dict[str, pd.DataFrame], collapse_drop: float, metas: dic
         if last["val_accuracy"] < best["val_accuracy"] - collapse_drop:
             return (f"{stage}: validation accuracy collapsed from {best['val_accuracy']:.3f} "
                     f"(step {int(best['step'])}) to {last['val_accuracy']:.3f} (step {int(last['step'])})")
-        meta = (metas or {}).get(stage, {})
         trained = meta.get("steps", 0) + meta.get("ramp_steps", 0)  # a ramped stage's lengths before its own count
         if stall_margin is not None and trained > 0 and "val_chance" in meta \
                 and meta["best_val_accuracy"] <= meta["val_chance"] + stall_margin:
