@@ -305,9 +305,10 @@ def test_malformed_config_is_refused_naming_the_key(overlay, key):
     assert names_the_key(str(refused.value), key), str(refused.value)
 
 
+# One case of each kind above (a relation, a stage's task, unknown, renamed, type, zero, empty) through Snakemake:
+# the refusal reaches the user at DAG build, before any job.
 AT_DAG_BUILD = ["model.d_model", "stages.text_s3.task", "seedz", "resources.threads", "train.lr", "train.batch_size",
-                "variants"]  # one case of each kind above (a relation, a stage's task, unknown, renamed, type, zero,
-#                              empty) through Snakemake: the refusal reaches the user at DAG build, before any job
+                "variants"]
 
 
 @pytest.mark.parametrize("key, overlay", [(k, next(o for o, key in MALFORMED if key == k)) for k in AT_DAG_BUILD],
@@ -376,7 +377,6 @@ def test_validation_reads_a_config_and_never_changes_it(overlays):
     config.stage_section, never written into the config."""
     import copy
 
-
     raw = {}
     for path in ["config/config.yaml", *overlays]:
         raw = vlconfig.deep_merge(raw, yaml.safe_load((ROOT / path).read_text()))
@@ -386,7 +386,6 @@ def test_validation_reads_a_config_and_never_changes_it(overlays):
 
 def test_rule_params_do_not_depend_on_the_order_keys_were_merged_in():
     """Snakemake compares params as written: the same settings in another key order must not rerun a job."""
-
 
     def reverse(d):
         return {k: reverse(d[k]) for k in reversed(list(d))} if isinstance(d, dict) else d
@@ -531,7 +530,6 @@ def test_readme_commands_run_as_written_in_the_smoke_tree(smoke_tree):
 def test_mini_trains_the_text_arm_in_fixed_order_and_the_paper_config_shuffled():
     """mini skips text_s4 (max_steps 0) and keeps text_s5 and noise_text in context order; the paper config
     trains all three on shuffled lists. The image arm is shuffled in both."""
-
     paper = vlconfig.load([ROOT / "config/config.yaml"])
     mini = vlconfig.load([ROOT / "config/config.yaml", ROOT / "config/mini.yaml"])
     stages = ("text_s4", "text_s5", "noise_text", *vlstages.VISION_STAGES)
@@ -558,7 +556,6 @@ def test_the_shuffled_text_overlay_gives_mini_the_paper_configs_text_arm_and_cha
     """config/shuffled_text.yaml on top of mini: text_s4 trains (the paper config's ramp, practice prompts, batch
     and lr), text_s5 and noise_text on shuffled lists, shuffled prompts evaluated first and analysed; every other
     stage's settings are mini's."""
-
     paper = vlconfig.load([ROOT / "config/config.yaml"])
     mini = vlconfig.load([ROOT / "config/config.yaml", ROOT / "config/mini.yaml"])
     shuffled = vlconfig.load([ROOT / f"config/{name}.yaml" for name in ("config", "mini", "shuffled_text")])
@@ -575,7 +572,6 @@ def test_the_shuffled_text_overlay_gives_mini_the_paper_configs_text_arm_and_cha
 
 
 def test_the_control_arm_is_its_text_parent_plus_the_image_arms_binding_loss_and_figures_say_so():
-
     mini = vlconfig.load([ROOT / "config/config.yaml", ROOT / "config/mini.yaml"])
     params = {s: vlconfig.stage_params(mini, s) for s in ("text_s5", "noise_text", "image_text", *CONTROL_STAGES)}
     assert params["text_bind"]["task"] == params["text_s5"]["task"] and not params["text_bind"]["task"]["shuffle"]
@@ -598,7 +594,6 @@ def test_the_control_arm_is_its_text_parent_plus_the_image_arms_binding_loss_and
 def test_the_curriculum_control_is_the_image_arm_with_every_context_in_text():
     """Each curriculum stage is its image stage's section (task, start, train: caps, binding loss) with
     image_fraction 0, from the same parent (grounding), trained once per seed (no encoder, no projector)."""
-
     for overlays in (["config/config.yaml"], ["config/config.yaml", "config/mini.yaml"]):
         config = vlconfig.load([ROOT / p for p in overlays])
         encoder = config["vision"]["encoders"][0]

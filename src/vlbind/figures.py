@@ -365,8 +365,8 @@ def save(fig, path, note: str = "") -> pd.DataFrame:
     """Lay out `fig` with `note` (the config's figure note: the scale it was run at) as a footnote along its
     bottom edge, write it to `path` atomically (its format from the suffix), close it and return what it drew
     (`plotted`, with attrs `layout` and `legends`, each legend's entries): every figure function returns that, so
-    tests check the data, not just a file header. What
-    each variant was trained on is the report caption's (captions.training_note), not the figure's."""
+    tests check the data, not just a file header. What each variant was trained on is the report caption's
+    (captions.training_note), not the figure's."""
     path = Path(path)
     bottom = 0.0
     if note:

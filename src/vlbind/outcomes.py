@@ -12,14 +12,13 @@ STALLED = "stalled at chance"  # how divergence names a stage whose best validat
 
 def divergence(curves: dict[str, pd.DataFrame], collapse_drop: float, metas: dict[str, dict] | None = None,
                stall_margin: float | None = None) -> str | None:
-    """Why a run counts as diverged, or None, from the training curves (metrics.parquet) of every stage in
-    its lineage, in training order: the first stage with a non-finite training loss (in a length of its ramp,
-    from `metas`, or in its own curve), or whose last
-    validation accuracy lies more than `collapse_drop` below its best, or (with `metas`, the stages' meta.json,
-    and `stall_margin`) that trained but whose best validation stayed within `stall_margin` of chance (the
-    stage's `val_chance`): it stalled, e.g. on a plateau at chance, and what follows it builds on a model that
-    learnt nothing there. Such runs are marked in the result tables and left out of means (fig3, OOD table),
-    as the paper leaves out its one divergent run."""
+    """Why a run counts as diverged, or None, from the training curves (metrics.parquet) of every stage in its lineage,
+    in training order: the first stage with a non-finite training loss (in a length of its ramp, from `metas`, or in
+    its own curve), or whose last validation accuracy lies more than `collapse_drop` below its best, or (with
+    `metas`, the stages' meta.json, and `stall_margin`) that trained but whose best validation stayed within
+    `stall_margin` of chance (the stage's `val_chance`): it stalled, e.g. on a plateau at chance, and what follows
+    it builds on a model that learnt nothing there. Such runs are marked in the result tables and left out of means
+    (fig3, OOD table), as the paper leaves out its one divergent run."""
     for stage, curve in curves.items():
         meta = (metas or {}).get(stage, {})
         for length in meta.get("ramp") or []:  # a ramped stage's shorter lengths, trained before its own curve
