@@ -208,3 +208,45 @@ def test_answer_logits_checks_positions_on_the_host(tiny):
     batch.positions[0, -1] = TINY.max_positions
     with pytest.raises(ValueError, match="max_positions"):
         answer_logits(tiny, batch, "cpu")
+
+
+def test_every_attention_call_runs_with_cudnn_attention_switched_off(tiny, monkeypatch):
+    """On H100/H200 cuDNN's SDPA backward returns NaN for a masked key length of 64 mod 128 (pytorch/pytorch#196678;
+    model.SDPA_BACKENDS). A CPU cannot run that kernel, but it can see which kernels each call allows: every
+    attention the model runs (a packed training step and its backward, validation, a plain forward, a KV-cache
+    extension) allows flash, efficient and math attention and not cuDNN, and the switch is scoped to the call."""
+    from vlbind.inference import accuracy
+    from vlbind.tasks import pack_queries
+    from vlbind.train import TrainConfig, training_loss
+
+    backends = torch.backends.cuda
+    calls, phase = [], ["training"]
+    original = torch.nn.functional.scaled_dot_product_attention
+
+    def spy(*args, **kwargs):
+        calls.append({"phase": phase[0], "masked": kwargs.get("attn_mask") is not None,
+                      "cudnn": backends.cudnn_sdp_enabled(), "others": (backends.flash_sdp_enabled(),
+                                                                        backends.mem_efficient_sdp_enabled(),
+                                                                        backends.math_sdp_enabled())})
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(torch.nn.functional, "scaled_dot_product_attention", spy)
+    spec, rng = StageSpec(8, 8, 8, 2, 4, shuffle=True), np.random.default_rng(0)
+    batch = generate(spec, 4, rng)
+    tiny.train()
+    training_loss(tiny, pack_queries(batch), TrainConfig(queries="all"), "cpu").backward()
+    phase[0] = "validation"
+    accuracy(tiny.eval(), [batch], "cpu")
+    phase[0] = "forward"
+    tokens = torch.from_numpy(batch.tokens)
+    names = [f"blocks.{i}.attn.hook_{kv}" for kv in "kv" for i in range(TINY.n_layers)]
+    _, cache = tiny.residual_with_cache(names, tokens)
+    B, T = tokens.shape
+    phase[0] = "cache"
+    tiny.extend(tiny.embed(tokens[:, :2]), torch.arange(T, T + 2).expand(B, 2),
+                [cache[f"blocks.{i}.attn.hook_k"] for i in range(TINY.n_layers)],
+                [cache[f"blocks.{i}.attn.hook_v"] for i in range(TINY.n_layers)], torch.ones(B, T, dtype=torch.bool))
+    masked = {c["phase"] for c in calls if c["masked"]}
+    assert masked == {"training", "validation", "cache"} and {c["phase"] for c in calls} == masked | {"forward"}
+    assert all(not c["cudnn"] and c["others"] == (True, True, True) for c in calls)
+    assert backends.cudnn_sdp_enabled()  # outside the model's calls, PyTorch's own setting is back

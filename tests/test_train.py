@@ -13,9 +13,19 @@ from vlbind.checkpoint import load_model
 from vlbind.evaluate import EVAL_SPEC, EvalConfig, evaluate
 from vlbind.model import ModelConfig, Transformer
 from vlbind.outcomes import ood_average
+from vlbind.settings import NON_FINITE
 from vlbind.tables import training_summary
 from vlbind.tasks import BY_COLOR, RETRIEVAL, StageSpec, generate, prompt_text
-from vlbind.train import RESUME_FILE, TrainConfig, lr_at, make_optimizer, resume_weights, train_ramped, train_stage
+from vlbind.train import (
+    RESUME_FILE,
+    TrainConfig,
+    lr_at,
+    make_optimizer,
+    optimizer_step,
+    resume_weights,
+    train_ramped,
+    train_stage,
+)
 from vlbind.vocab import VOCAB
 
 TINY = ModelConfig(n_layers=2, d_model=32, d_ff=64, n_heads=2, vocab_size=480)
@@ -257,12 +267,13 @@ def test_a_stage_keeps_the_weights_of_its_best_validation_or_of_its_last_step(tm
 
 @pytest.mark.parametrize("keep", ["best", "last"])
 @pytest.mark.parametrize("poison_at", [4, 1], ids=["after_a_finite_validation", "before_any"])
-def test_a_non_finite_loss_ends_the_stage_with_finite_weights(tmp_path, keep, poison_at):
-    """A NaN in the weights after step `poison_at` makes the loss non-finite: the stage stops at the next
-    validation and keeps the best finite validation's weights (step 3's), or the starting weights where no
-    validation was finite, whatever `keep` says; nothing it writes holds a NaN weight."""
+def test_too_many_skipped_steps_end_the_stage_with_finite_weights(tmp_path, keep, poison_at):
+    """A NaN in the weights after step `poison_at` makes every later loss non-finite, so every later step is
+    skipped: with one skip allowed, the stage stops at the next validation (two skipped) and keeps the best finite
+    validation's weights (step 3's), or the starting weights where no validation was finite, whatever `keep` says;
+    nothing it writes holds a NaN weight."""
     model, seen = fresh(), {0: weights(fresh())}
-    cfg = TrainConfig(**{**CFG.__dict__, "keep": keep})
+    cfg = TrainConfig(**{**CFG.__dict__, "keep": keep, "max_skipped_steps": 1})
 
     def poison(step):
         seen[step] = weights(model)
@@ -272,10 +283,73 @@ def test_a_non_finite_loss_ends_the_stage_with_finite_weights(tmp_path, keep, po
 
     meta = train_stage(model, SPEC, cfg, tmp_path, stage="text_s1", callback=poison)
     kept = 3 if poison_at > 3 else 0
-    assert (meta["stopped_because"], meta["steps"], meta["kept_step"]) == ("non_finite_loss", 6 if kept else 3, kept)
+    assert (meta["stopped_because"], meta["steps"], meta["kept_step"]) == (NON_FINITE, 6 if kept else 3, kept)
+    assert meta["skipped_steps"] == 2
     assert np.isnan(meta["best_val_accuracy"]) == (kept == 0)
     loaded, _ = load_model(tmp_path)
     assert all(torch.equal(loaded.state_dict()[k], v) for k, v in seen[kept].items())
+
+
+def nan_gradient_at(model, steps: set[int]) -> dict:
+    """Make the gradient of the model's first weight NaN in the backward passes numbered `steps` (from 1): a kernel
+    that returns NaN gradients (as cuDNN attention's backward did on an H100), the forward untouched."""
+    seen = {"n": 0}
+
+    def hook(grad):
+        seen["n"] += 1
+        return torch.full_like(grad, float("nan")) if seen["n"] in steps else grad
+
+    next(model.parameters()).register_hook(hook)
+    return seen
+
+
+def optimizer_state(opt) -> list[dict]:
+    return [{k: v.clone() for k, v in opt.state[p].items()} for group in opt.param_groups for p in group["params"]]
+
+
+def test_a_step_with_a_non_finite_gradient_is_skipped(tmp_path):
+    """A NaN gradient at step 5 of 5 leaves the weights and the AdamW state (moments and step count) exactly as a
+    run of 4 steps has them, and nothing else the stage does changes: it goes on to its cap, counts the step in
+    meta.json and metrics.parquet, and is not marked non-finite (one skip is within max_skipped_steps)."""
+    cfg = replace(CFG, keep="last", max_steps=5)
+    ref = fresh()
+    ref_opt = make_optimizer(ref, cfg)
+    train_stage(ref, SPEC, replace(cfg, max_steps=4), tmp_path / "four", stage="text_s1", optimizer=ref_opt)
+    model = fresh()
+    opt = make_optimizer(model, cfg)
+    nan_gradient_at(model, {5})
+    meta = train_stage(model, SPEC, cfg, tmp_path / "five", stage="text_s1", optimizer=opt)
+    assert (meta["stopped_because"], meta["steps"], meta["skipped_steps"]) == ("max_steps", 5, 1)
+    curve = pd.read_parquet(tmp_path / "five" / "metrics.parquet")
+    assert curve["skipped_steps"].tolist() == [0, 1] and curve["finite"].all()
+    assert all(torch.equal(v, ref.state_dict()[k]) for k, v in model.state_dict().items())
+    for got, want in zip(optimizer_state(opt), optimizer_state(ref_opt), strict=True):
+        assert got.keys() == want.keys() and all(torch.equal(got[k], want[k]) for k in want)
+    unpatched = fresh()  # the check can fail: step 5 does change the weights when its gradient is finite
+    train_stage(unpatched, SPEC, cfg, tmp_path / "five_unpatched", stage="text_s1")
+    assert not all(torch.equal(v, ref.state_dict()[k]) for k, v in unpatched.state_dict().items())
+
+
+def test_optimizer_step_skips_only_a_non_finite_step_and_refuses_an_unfused_optimizer():
+    """optimizer_step against AdamW's own step: a finite step equals opt.step(); a NaN loss or an infinite gradient
+    norm changes nothing; an optimizer that cannot skip on the device is refused by name."""
+    torch.manual_seed(0)
+    params = [torch.nn.Parameter(torch.randn(4)) for _ in range(2)]
+    twins = [torch.nn.Parameter(p.detach().clone()) for p in params]
+    opt, twin_opt = (torch.optim.AdamW(ps, lr=0.1, fused=True) for ps in (params, twins))
+    for p, q in zip(params, twins, strict=True):
+        p.grad = q.grad = torch.randn(4)
+    one, nan, inf = torch.tensor(1.0), torch.tensor(float("nan")), torch.tensor(float("inf"))
+    assert optimizer_step(opt, one, one).item() == 0.0
+    twin_opt.step()
+    assert all(torch.equal(p, q) for p, q in zip(params, twins, strict=True))
+    before = [p.detach().clone() for p in params], optimizer_state(opt)
+    assert optimizer_step(opt, nan, one).item() == 1.0 and optimizer_step(opt, one, inf).item() == 1.0
+    assert all(torch.equal(p, q) for p, q in zip(params, before[0], strict=True))
+    for got, want in zip(optimizer_state(opt), before[1], strict=True):
+        assert all(torch.equal(got[k], want[k]) for k in want)
+    with pytest.raises(ValueError, match="not fused"):
+        optimizer_step(torch.optim.AdamW(params, lr=0.1, foreach=True), one, one)
 
 
 def test_warmup_then_constant():
@@ -438,7 +512,7 @@ def test_convergence_rule_marks_runs_below_the_bar_only_when_set():
 def test_a_runs_verdicts_come_from_its_lineage_and_its_first_order():
     """with_verdicts, evaluate's columns: a stage whose best validation stayed at chance marks the run diverged
     (a ramped stage counts its lengths' steps as trained even when its own length took none), as does a length of
-    its ramp that ended on a non-finite loss; convergence is read on the first order only."""
+    its ramp that ended on non-finite steps; convergence is read on the first order only."""
     from vlbind.outcomes import with_verdicts
 
     rule = {"collapse_drop": 0.5, "stall_margin": 0.05, "min_in_distribution": 0.95}
@@ -453,10 +527,10 @@ def test_a_runs_verdicts_come_from_its_lineage_and_its_first_order():
     out = with_verdicts(table, {"text_s4": curve}, {"text_s4": {**meta, "ramp_steps": 0}}, rule, "shuffled")
     assert not out["diverged"].any() and not out["converged"].any()  # untrained: passed through, not stalled
     lengths = [{"max_objects": 2, "stopped_because": "target_accuracy"},
-               {"max_objects": 3, "stopped_because": "non_finite_loss"}]  # then its own length, finite
+               {"max_objects": 3, "stopped_because": NON_FINITE}]  # then its own length, finite
     out = with_verdicts(table, {"text_s4": curve}, {"text_s4": {**meta, "best_val_accuracy": 0.9, "ramp": lengths}},
                         rule, "fixed")
-    assert out["divergence"].iloc[0] == "text_s4: non-finite loss in its ramp, at 3 objects"
+    assert out["divergence"].iloc[0] == "text_s4: non-finite steps in its ramp, at 3 objects"
 
 
 def test_runs_below_the_bar_or_diverged_are_left_out_of_means_and_counted(tmp_path):

@@ -272,6 +272,10 @@ def test_vision_stage_starts_from_its_parent_exactly(tmp_path):
 # --- divergence --------------------------------------------------------------------------------------
 
 def test_injected_nan_is_detected_as_divergence(tmp_path):
+    """NaN weights after step 3: step 4's loss is not finite, its step skipped; allowed none, the stage ends at the
+    next validation and the run counts as diverged."""
+    from vlbind.settings import NON_FINITE
+
     model = tiny()
 
     def poison(step):
@@ -279,9 +283,10 @@ def test_injected_nan_is_detected_as_divergence(tmp_path):
             with torch.no_grad():
                 model.embed.weight[VOCAB.answer].fill_(float("nan"))
 
-    cfg = TrainConfig(warmup_steps=1, batch_size=4, eval_every=2, val_size=8, max_steps=20, target_accuracy=None)
+    cfg = TrainConfig(warmup_steps=1, batch_size=4, eval_every=2, val_size=8, max_steps=20, target_accuracy=None,
+                      max_skipped_steps=0)
     meta = train_stage(model, StageSpec(max_objects=2, n_items=8), cfg, tmp_path, stage="image", callback=poison)
-    assert meta["stopped_because"] == "non_finite_loss" and meta["steps"] == 4
+    assert meta["stopped_because"] == NON_FINITE and (meta["steps"], meta["skipped_steps"]) == (4, 1)
     curve = pd.read_parquet(tmp_path / "metrics.parquet")
     assert "non-finite" in divergence({"text_s1": curve.iloc[:1], "image": curve}, collapse_drop=0.5)
     assert divergence({"text_s1": curve.iloc[:1]}, collapse_drop=0.5) is None

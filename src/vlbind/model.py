@@ -30,8 +30,25 @@ from dataclasses import asdict, dataclass, replace
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
 
 HookFn = Callable[[torch.Tensor, str], "torch.Tensor | None"]
+
+# The kernels `scaled_dot_product_attention` may choose from, in PyTorch's order, cuDNN left out. On H100/H200
+# since torch 2.11 cuDNN is the default for an explicit `attn_mask`, and its backward returns NaN in grad_q when the
+# key length is 64 mod 128 and a query row's log-sum-exp is below about -88.7 (pytorch/pytorch#196678, reported on
+# torch 2.13 with cuDNN 9.20; NVIDIA/cudnn-frontend#628 and #1072). Packed text_s3 batches are 64 tokens long, and
+# every CUDA text_s3 run ended on a non-finite loss (docs/results/paper-text-arm.md). EFFICIENT and MATH are clean
+# on the same inputs. Revisit with each torch upgrade: benchmarks/cudnn_sdpa_repro.py tells whether the device's
+# torch still has the bug; adding SDPBackend.CUDNN_ATTENTION back gives PyTorch's own choice. A CPU has FLASH and
+# MATH only: nothing changes there.
+SDPA_BACKENDS = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
+
+
+def sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, **kwargs) -> torch.Tensor:
+    """`F.scaled_dot_product_attention` restricted to SDPA_BACKENDS: every attention of the model goes through it."""
+    with sdpa_kernel(SDPA_BACKENDS):
+        return F.scaled_dot_product_attention(q, k, v, **kwargs)
 
 
 @dataclass(frozen=True)
@@ -123,12 +140,12 @@ class Attention(nn.Module):
                 allowed = torch.arange(T, device=q.device) <= at[..., None]  # (B, Q, T)
             else:
                 allowed = mask[:, 0][rows, at]
-            return F.scaled_dot_product_attention(q, k, v, attn_mask=allowed[:, None])
+            return sdpa(q, k, v, attn_mask=allowed[:, None])
         if past is not None:
             past_k, past_v, valid, new_mask = past
             mask = torch.cat([valid[:, None, None, :].expand(B, 1, T, -1), new_mask.expand(B, 1, T, T)], dim=-1)
             keys, values = torch.cat([past_k.to(k.dtype), k], 2), torch.cat([past_v.to(v.dtype), v], 2)
-            return F.scaled_dot_product_attention(q, keys, values, attn_mask=mask)
+            return sdpa(q, keys, values, attn_mask=mask)
         if self.hook_attn_scores.fns or self.hook_pattern.fns:
             scores = (q @ k.transpose(-1, -2)) / math.sqrt(self.d_head)  # (B, H, T, T)
             allowed = torch.ones(T, T, dtype=torch.bool, device=q.device).tril() if mask is None else mask
@@ -136,8 +153,8 @@ class Attention(nn.Module):
             pattern = self.hook_pattern(scores.softmax(dim=-1).to(v.dtype))
             return pattern @ v
         if mask is not None:
-            return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
-        return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+            return sdpa(q, k, v, attn_mask=mask)
+        return sdpa(q, k, v, is_causal=True)
 
 
 class MLP(nn.Module):

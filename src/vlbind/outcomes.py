@@ -7,28 +7,31 @@ from __future__ import annotations
 
 import pandas as pd
 
+from .settings import NON_FINITE
+
 STALLED = "stalled at chance"  # how divergence names a stage whose best validation stayed near chance
 
 
 def divergence(curves: dict[str, pd.DataFrame], collapse_drop: float, metas: dict[str, dict] | None = None,
                stall_margin: float | None = None) -> str | None:
     """Why a run counts as diverged, or None, from the training curves (metrics.parquet) of every stage in its lineage,
-    in training order: the first stage with a non-finite training loss (in a length of its ramp, from `metas`, or in
-    its own curve), or whose last validation accuracy lies more than `collapse_drop` below its best, or (with
-    `metas`, the stages' meta.json, and `stall_margin`) that trained but whose best validation stayed within
-    `stall_margin` of chance (the stage's `val_chance`): it stalled, e.g. on a plateau at chance, and what follows
-    it builds on a model that learnt nothing there. Such runs are marked in the result tables and left out of means
+    in training order: the first stage that ended on non-finite steps (more than `train.max_skipped_steps` skipped for
+    a non-finite loss or gradient; in a length of its ramp, from `metas`, or in its own curve: `finite` False), or
+    whose last validation accuracy lies more than `collapse_drop` below its best, or (with `metas`, the stages'
+    meta.json, and `stall_margin`) that trained but whose best validation stayed within `stall_margin` of chance (the
+    stage's `val_chance`): it stalled, e.g. on a plateau at chance, and what follows it builds on a model that learnt
+    nothing there. Such runs are marked in the result tables and left out of means
     (fig3, OOD table), as the paper leaves out its one divergent run."""
     for stage, curve in curves.items():
         meta = (metas or {}).get(stage, {})
         for length in meta.get("ramp") or []:  # a ramped stage's shorter lengths, trained before its own curve
-            if length["stopped_because"] == "non_finite_loss":
-                return f"{stage}: non-finite loss in its ramp, at {length['max_objects']} objects"
+            if length["stopped_because"] == NON_FINITE:
+                return f"{stage}: non-finite steps in its ramp, at {length['max_objects']} objects"
         if curve.empty:
             continue
         bad = curve[~curve["finite"]]
         if len(bad):
-            return f"{stage}: non-finite loss by step {int(bad['step'].iloc[0])}"
+            return f"{stage}: more non-finite steps than allowed by step {int(bad['step'].iloc[0])}"
         best = curve.loc[curve["val_accuracy"].idxmax()]
         last = curve.iloc[-1]
         if last["val_accuracy"] < best["val_accuracy"] - collapse_drop:

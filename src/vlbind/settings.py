@@ -1,5 +1,6 @@
-"""The bottom floor of settings: the config error, and building settings dataclasses from plain dicts (config
-sections), rejecting unknown keys by name. Imports nothing of vlbind."""
+"""The bottom floor of settings: the config error, building settings dataclasses from plain dicts (config
+sections), rejecting unknown keys by name, and the one stop reason that torch-free verdicts read. Imports nothing
+of vlbind."""
 
 from __future__ import annotations
 
@@ -7,6 +8,10 @@ from dataclasses import fields
 from typing import TypeVar
 
 T = TypeVar("T")
+
+# why a stage stopped (meta.json's stopped_because): more than train.max_skipped_steps of its steps had a non-finite
+# loss or gradient (vlbind.train); outcomes.divergence marks such a run
+NON_FINITE = "non_finite"
 
 
 class ConfigError(ValueError):

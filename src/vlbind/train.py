@@ -13,6 +13,12 @@ train_ramped) trains the stage's task on min_objects objects first, then one mor
 resumes from it and reaches the same weights as an uninterrupted one; a saved state whose settings differ is
 discarded, not resumed (a raised `max_steps` is not a difference: kill a stage, raise its cap, and it resumes).
 
+A step whose loss or gradient is not finite is skipped: no weight and no optimizer state changes (the fused AdamW
+skips it on the device, as under a GradScaler; nothing waits for the device to decide). Its batch is used up and
+the step counted, so the data and the learning-rate schedule keep their steps. metrics.parquet counts the skipped
+steps between validations, meta.json the stage's; a stage that has skipped more than `max_skipped_steps` ends at the
+next validation ("non_finite"), with its best finite validation's weights.
+
 Dense supervision (`queries: "all"`, not in the paper): each training prompt queries every object of its
 context in one packed sequence (tasks.pack_queries), n labels for one pass; validation stays single-query.
 
@@ -56,7 +62,7 @@ from .checkpoint import (
 from .files import CorruptFileError, read_json, write_json
 from .inference import accuracy, answer_logits
 from .model import Transformer
-from .settings import from_dict
+from .settings import NON_FINITE, from_dict
 from .tasks import BY_COLOR, RETRIEVAL, Batch, Role, StageSpec, batch_sizes, generate, pack_queries
 
 if TYPE_CHECKING:
@@ -81,6 +87,7 @@ class TrainConfig:
     plateau_above_chance: float = 0.0  # > 0 (not in the paper): the plateau rule waits until the best validation
     # exceeds chance by this much, so a stage never stops in the chance phase that precedes learning; 0: it never waits
     max_steps: int = 200_000
+    max_skipped_steps: int = 10  # a stage that skips more steps (a non-finite loss or gradient) ends (module doc)
     checkpoint_every: int = 2000  # rounded up to a multiple of eval_every
     precision: str = "fp32"  # "fp32" or "bf16" (autocast)
     compile: bool = False  # the training step's forward through torch.compile (CUDA: CUDA graphs); off: eager
@@ -108,6 +115,8 @@ class TrainConfig:
         for key in ("batch_size", "eval_every", "val_size", "patience", "checkpoint_every"):
             if getattr(self, key) < 1:
                 raise ValueError(f"TrainConfig.{key}={getattr(self, key)} must be >= 1")
+        if self.max_skipped_steps < 0:
+            raise ValueError(f"TrainConfig.max_skipped_steps={self.max_skipped_steps} must be >= 0")
         if self.max_steps < 0:
             raise ValueError(f"TrainConfig.max_steps={self.max_steps} must be >= 0 (0: the stage passes its "
                              "starting weights through)")
@@ -126,8 +135,26 @@ class TrainConfig:
 
 
 def make_optimizer(model: torch.nn.Module, cfg: TrainConfig) -> torch.optim.AdamW:
-    """AdamW (D.2); the fused kernel updates all parameters in one call instead of a loop over tensors."""
+    """AdamW (D.2); the fused kernel updates all parameters in one call instead of a loop over tensors, and skips
+    a step whose gradient is not finite without a wait on the device (optimizer_step)."""
     return torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay, fused=True)
+
+
+def optimizer_step(opt: torch.optim.Optimizer, loss: torch.Tensor, grad_norm: torch.Tensor) -> torch.Tensor:
+    """One step of a fused optimizer (make_optimizer), skipped where the step's `loss` or total gradient norm (both
+    on the device) is not finite: the weights and the optimizer state, step count included, stay as they were.
+    Returns 1.0 where the step was skipped, else 0.0, on the device. It passes `found_inf` as torch.amp.GradScaler
+    does (the fused kernels read it); an unfused optimizer refuses it."""
+    if not opt.defaults.get("fused"):
+        raise ValueError(f"{type(opt).__name__} is not fused: make it with make_optimizer (fused=True), which can "
+                         "skip a non-finite step")
+    skipped = (~(torch.isfinite(loss.detach()) & torch.isfinite(grad_norm))).float()
+    opt.found_inf = skipped
+    try:
+        opt.step()
+    finally:
+        del opt.found_inf
+    return skipped
 
 
 def lr_at(step: int, cfg: TrainConfig) -> float:
@@ -236,7 +263,7 @@ def train_stage(model: Transformer, spec: StageSpec, cfg: TrainConfig, out_dir: 
         return pack_queries(batch) if cfg.queries == "all" else batch
 
     net = compiled(model, device) if cfg.compile else model  # validation stays eager: its shapes differ
-    t0, t_last, step_last, losses, reason = time.time(), time.time(), progress.step, [], "max_steps"
+    t0, t_last, step_last, losses, skips, reason = time.time(), time.time(), progress.step, [], [], "max_steps"
     while progress.step < cfg.max_steps:
         batch = draw(progress.step)
         loss = training_loss(net, batch, cfg, device, bank)
@@ -247,7 +274,7 @@ def train_stage(model: Transformer, spec: StageSpec, cfg: TrainConfig, out_dir: 
         step = progress.step
         for g in opt.param_groups:
             g["lr"] = lr_at(step, cfg)
-        opt.step()
+        skips.append(optimizer_step(opt, loss, grad_norm))
         losses.append(loss.detach())
         if callback is not None:
             callback(step)
@@ -257,8 +284,9 @@ def train_stage(model: Transformer, spec: StageSpec, cfg: TrainConfig, out_dir: 
         now = time.time()
         rate = (step - step_last) / max(now - t_last, 1e-9)
         t_last, step_last = now, step
-        stop = progress.validate(model, acc, torch.stack(losses), grad_norm, rate, cfg, val_chance)
-        losses = []
+        stop = progress.validate(model, acc, torch.stack(losses), torch.stack(skips), grad_norm, rate, cfg,
+                                 val_chance)
+        losses, skips = [], []
         log.info("%s step %d/%d objects %d..%d loss %.4f val_acc %.4f best %.4f@%d | %.1f steps/s, %.0f tok/s, "
                  "ETA to cap %s", stage, step, cfg.max_steps, spec.min_objects, spec.max_objects,
                  progress.history[-1]["train_loss"], acc, progress.best_acc, progress.best_step, rate,
@@ -275,7 +303,8 @@ def train_stage(model: Transformer, spec: StageSpec, cfg: TrainConfig, out_dir: 
     what = {"stage": stage, "parent": parent, "stage_spec": spec.to_dict(), "train_config": asdict(cfg),
             "start": None if start is None else {"stage_spec": start_spec.to_dict(), "steps": start_steps},
             "model_config": model.cfg.to_dict()}
-    how = {"stopped_because": reason, "val_chance": val_chance, "resumed": progress.resumed,
+    how = {"stopped_because": reason, "val_chance": val_chance, "skipped_steps": progress.skipped,
+           "resumed": progress.resumed,
            "wall_seconds": progress.wall_before + time.time() - t0, "vlbind_version": __version__}
     return _finish(model, progress, cfg, what, how, out_dir)
 
@@ -289,8 +318,9 @@ def train_ramped(model: Transformer, spec: StageSpec, cfg: TrainConfig, out_dir:
     min_objects..n for n = min_objects + 1, ..., max_objects - 1, each a stage of its own in out_dir/ramp/n{n}
     (named `{stage}_n{n}`; a fresh AdamW with its warm-up, as every stage), then the stage itself. Every length
     ends by the stop rule (target, plateau, or the cap, which is the whole ramp's: `max_steps` less the steps
-    already taken) and the next starts from its weights; a non-finite loss ends the ramp early. The stage's meta
-    lists the lengths before it (`ramp`: max_objects, steps, stopped_because, best_val_accuracy, wall_seconds) and
+    already taken) and the next starts from its weights; a length that ends on non-finite steps ends the ramp early.
+    The stage's meta lists the lengths before it (`ramp`: max_objects, steps, stopped_because, best_val_accuracy,
+    skipped_steps, wall_seconds) and
     `ramp_steps`, their sum. A rerun (after a kill) keeps the lengths already done if the stage's settings and
     starting weights are those they were made from, and discards them otherwise.
 
@@ -319,9 +349,9 @@ def train_ramped(model: Transformer, spec: StageSpec, cfg: TrainConfig, out_dir:
             meta = train_stage(model, replace(spec, max_objects=n), replace(cfg, max_steps=left), sub,
                                stage=f"{stage}_n{n}", **kwargs)
         kwargs.pop("start", None)
-        lengths.append({k: meta[k] for k in ("steps", "stopped_because", "best_val_accuracy", "wall_seconds")}
-                       | {"max_objects": n})
-        if meta["stopped_because"] == "non_finite_loss":
+        lengths.append({k: meta.get(k, 0) for k in ("steps", "stopped_because", "best_val_accuracy", "skipped_steps",
+                                                    "wall_seconds")} | {"max_objects": n})
+        if meta["stopped_because"] == NON_FINITE:
             break
     ramp_steps = sum(x["steps"] for x in lengths)
     meta = train_stage(model, spec, replace(cfg, max_steps=max(cfg.max_steps - ramp_steps, 0)), out_dir,
@@ -357,18 +387,26 @@ class _Progress:
                    best_step=saved["best_step"], history=saved["history"],
                    wall_before=saved.get("wall_seconds", 0.0), resumed=True)
 
-    def validate(self, model, acc: float, losses: torch.Tensor, grad_norm: torch.Tensor, rate: float,
-                 cfg: TrainConfig, val_chance: float) -> str | None:
-        """Record a validation (its accuracy `acc`, the training `losses` since the last one) and keep the
-        weights if they are the best; return why the stage stops here, or None: a non-finite loss, the target
+    @property
+    def skipped(self) -> int:
+        """Steps of the stage skipped so far (a non-finite loss or gradient)."""
+        return sum(row.get("skipped_steps", 0) for row in self.history)
+
+    def validate(self, model, acc: float, losses: torch.Tensor, skips: torch.Tensor, grad_norm: torch.Tensor,
+                 rate: float, cfg: TrainConfig, val_chance: float) -> str | None:
+        """Record a validation (its accuracy `acc`, the training `losses` and which steps were skipped, `skips`,
+        since the last one) and keep the weights if they are the best; return why the stage stops here, or None:
+        more than max_skipped_steps skipped steps in the stage (the row's `finite` is then False), the target
         accuracy, or a plateau (no gain of min_delta for `patience` validations, once validation has left chance
-        by plateau_above_chance)."""
-        trained = losses.double()  # the one wait on the device between validations
-        self.history.append({"step": self.step, "train_loss": float(trained.mean()), "val_accuracy": acc,
-                             "lr": lr_at(self.step, cfg), "grad_norm": float(grad_norm), "steps_per_s": rate,
-                             "finite": bool(torch.isfinite(trained).all())})
+        by plateau_above_chance). `train_loss` is the mean over the steps that were not skipped."""
+        trained, skipped = losses.double(), skips.bool()  # the one wait on the device between validations
+        kept = trained[~skipped & torch.isfinite(trained)]
+        self.history.append({"step": self.step, "train_loss": float(kept.mean()) if len(kept) else float("nan"),
+                             "val_accuracy": acc, "lr": lr_at(self.step, cfg), "grad_norm": float(grad_norm),
+                             "steps_per_s": rate, "skipped_steps": int(skipped.sum())})
+        self.history[-1]["finite"] = self.skipped <= cfg.max_skipped_steps
         if not self.history[-1]["finite"]:  # these weights are never kept (_finish)
-            return "non_finite_loss"
+            return NON_FINITE
         if acc >= self.best_acc + cfg.min_delta or self.best_acc < 0:
             self.best_acc, self.best_step = acc, self.step
             self.best_state = {k: v.detach().clone() for k, v in model.state_dict().items()}
@@ -383,7 +421,8 @@ class _Progress:
         """A stage of max_steps 0: the starting weights, validated once, are the stage's."""
         self.best_acc = acc
         self.history.append({"step": 0, "train_loss": float("nan"), "val_accuracy": acc, "lr": 0.0,
-                             "grad_norm": float("nan"), "steps_per_s": float("nan"), "finite": True})
+                             "grad_norm": float("nan"), "steps_per_s": float("nan"), "skipped_steps": 0,
+                             "finite": True})
 
     def saved(self, rng: np.random.Generator, seconds: float) -> dict:
         """What a resume state records besides tensors (JSON metadata)."""
@@ -392,11 +431,11 @@ class _Progress:
 
 
 def _finish(model: Transformer, progress: _Progress, cfg: TrainConfig, what: dict, how: dict, out_dir: Path) -> dict:
-    """Keep the weights `cfg.keep` says (the best validation's or the last step's; after a non-finite loss, the
+    """Keep the weights `cfg.keep` says (the best validation's or the last step's; after too many skipped steps, the
     best finite validation's, or the starting weights where there was none: best step 0, best accuracy NaN),
     write the stage's model directory (weights; meta: `what` was trained, the steps and accuracies, `how` it
     ended; curve), drop its resume state; return the meta."""
-    last = cfg.keep == "last" and how["stopped_because"] != "non_finite_loss"
+    last = cfg.keep == "last" and how["stopped_because"] != NON_FINITE
     if not last:
         model.load_state_dict(progress.best_state)
     best_acc = progress.best_acc if progress.best_acc >= 0 else float("nan")  # -1: no finite validation
