@@ -13,6 +13,8 @@ Every stage stops as the config says (a target, or the plateau rule: `train.pati
 gain), at `--cap` steps at the latest, or at `--target` when given; the next stage starts from its kept
 weights, as in the DAG; a stage with `train.ramp` (config.yaml's text_s4) trains its length ramp as the DAG does
 (train_ramped: a fresh optimizer each length), its steps counted over the whole ramp. `--compile`: `train.compile`.
+`--cudnn-attention`: PyTorch's own attention kernel choice, cuDNN included (model.SDPA_BACKENDS leaves it out): to see
+on a GPU the bug that choice avoids.
 With `--out`, each run's validation log (every `train.eval_every` steps) and a CSV of
 stage rows stay there, written as they happen, so a run stopped from outside keeps what it had, and each
 stage's directory holds its weights and its optimizer's last state (optimizer.safetensors: bench_text_s4.py's
@@ -33,8 +35,10 @@ from pathlib import Path
 
 import torch
 import yaml
+from torch.nn.attention import SDPBackend
 
 from vlbind import config as vlconfig
+from vlbind import model as model_module
 from vlbind.checkpoint import META_FILE, MODEL_FILE, load_tensors, optimizer_tensors, save_tensors
 from vlbind.device import precision_for
 from vlbind.files import read_json
@@ -65,8 +69,10 @@ def parse_arm(arm: str) -> dict:
 
 
 def run(arm: str, seed: int, paper: bool, stages: list[str], cap: int, target: float | None, device: str,
-        out: Path, compile: bool = False) -> list[dict]:
+        out: Path, compile: bool = False, cudnn_attention: bool = False) -> list[dict]:
     torch.set_num_threads(1)
+    if cudnn_attention:
+        model_module.SDPA_BACKENDS.append(SDPBackend.CUDNN_ATTENTION)
     name = f"{arm.replace(':', '_').replace(',', '_')}-seed{seed}"
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", force=True,
                         handlers=[logging.FileHandler(out / f"{name}.log")])
@@ -123,6 +129,7 @@ def main() -> None:
     ap.add_argument("--target", type=float, default=None, help="every stage's target (default: the config's)")
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--compile", action="store_true", help="train.compile (on CUDA: CUDA graphs)")
+    ap.add_argument("--cudnn-attention", action="store_true", help="let SDPA choose cuDNN attention (module doc)")
     ap.add_argument("--out", type=Path, default=None, help="keep logs, stage CSVs and weights here")
     a = ap.parse_args()
     runs = [(arm, seed) for arm in a.arms for seed in a.seeds]
@@ -130,7 +137,8 @@ def main() -> None:
         out = a.out or Path(tmp)
         out.mkdir(parents=True, exist_ok=True)
         with mp.get_context("spawn").Pool(len(runs)) as pool:
-            jobs = [pool.apply_async(run, (arm, seed, a.paper, a.stages, a.cap, a.target, a.device, out, a.compile))
+            jobs = [pool.apply_async(run, (arm, seed, a.paper, a.stages, a.cap, a.target, a.device, out, a.compile,
+                                            a.cudnn_attention))
                     for arm, seed in runs]
             rows = [r for j in jobs for r in j.get()]
     print(f"{'paper' if a.paper else 'mini'} config, {a.device}, cap {a.cap} steps per stage, target "
