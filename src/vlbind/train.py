@@ -287,9 +287,9 @@ def train_stage(model: Transformer, spec: StageSpec, cfg: TrainConfig, out_dir: 
         stop = progress.validate(model, acc, torch.stack(losses), torch.stack(skips), grad_norm, rate, cfg,
                                  val_chance)
         losses, skips = [], []
-        log.info("%s step %d/%d objects %d..%d loss %.4f val_acc %.4f best %.4f@%d | %.1f steps/s, %.0f tok/s, "
-                 "ETA to cap %s", stage, step, cfg.max_steps, spec.min_objects, spec.max_objects,
-                 progress.history[-1]["train_loss"], acc, progress.best_acc, progress.best_step, rate,
+        log.info("%s step %d/%d objects %d..%d loss %.4f val_acc %.4f best %.4f@%d skipped %d | %.1f steps/s, "
+                 "%.0f tok/s, ETA to cap %s", stage, step, cfg.max_steps, spec.min_objects, spec.max_objects,
+                 progress.history[-1]["train_loss"], acc, progress.best_acc, progress.best_step, progress.skipped, rate,
                  rate * cfg.batch_size * batch.tokens.shape[1], _eta((cfg.max_steps - step) / max(rate, 1e-9)))
         if stop is not None:
             reason = stop
