@@ -158,12 +158,21 @@ def test_kv_cache_extension_equals_the_full_forward(model):
 
 
 def test_sweep_counts_pairs_and_shares_sum_to_one_per_layer(model):
-    table, info = sweep(model, 256, seed=0, order="shuffled")  # a random model solves few pairs: 256 keep some
-    assert info["generated"] == 256 and info["kept"] + info["dropped"] == 256 and info["kept"] > 0
+    table, info = sweep(model, 1024, seed=0, order="shuffled")  # a random model solves few pairs: 1024 keep some
+    assert info["generated"] == 1024 and info["kept"] + info["dropped"] == 1024 and info["kept"] > 0
     assert set(table["label"]) == set(LABELS) and table["layer"].nunique() == model.cfg.n_layers + 1
     assert list(table["position"].unique()) == list(POSITIONS)
     np.testing.assert_allclose(table.groupby(["position", "layer"])["fraction"].sum(), 1.0)
     assert (table.groupby(["position", "layer"])["count"].sum() == info["kept"]).all()
+
+
+def test_sweep_runs_the_same_pairs_for_any_batch_size(model):
+    """The pairs are drawn at once: batches of 128 (the default), 100 and all 1024 give the same table."""
+    table, info = sweep(model, 1024, seed=0, order="shuffled")
+    for size in (100, 1024):
+        other, other_info = sweep(model, 1024, seed=0, order="shuffled", batch_size=size)
+        assert other_info == info
+        pd.testing.assert_frame_equal(other, table)
 
 
 def test_first_spike_and_circuit_labels():

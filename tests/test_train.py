@@ -15,7 +15,7 @@ from vlbind.model import ModelConfig, Transformer
 from vlbind.outcomes import ood_average
 from vlbind.settings import NON_FINITE
 from vlbind.tables import training_summary
-from vlbind.tasks import BY_COLOR, RETRIEVAL, StageSpec, generate, prompt_text
+from vlbind.tasks import BY_COLOR, RETRIEVAL, Role, StageSpec, generate, prompt_text
 from vlbind.train import (
     RESUME_FILE,
     TrainConfig,
@@ -370,18 +370,15 @@ def test_answer_logits_equal_the_full_forward_at_answer():
 
 
 def naive_accuracy(model, cfg: EvalConfig, n: int) -> float:
-    """One prompt at a time, unpadded, from the same prompt stream as evaluate()."""
+    """One prompt at a time, unpadded, from the same prompt stream as evaluate() (every prompt of a length drawn at
+    once)."""
     rng = np.random.default_rng([cfg.seed, n])
+    b = generate(EVAL_SPEC, cfg.prompts_per_length, rng, n_objects=n, kind=RETRIEVAL, query_by=BY_COLOR, noise=False)
     hits = 0
-    left = cfg.prompts_per_length
-    while left:
-        size = min(left, cfg.batch_size)
-        b = generate(EVAL_SPEC, size, rng, n_objects=n, kind=RETRIEVAL, query_by=BY_COLOR, noise=False)
-        for i in range(size):
-            L = b.answer_pos[i] + 1
-            logits = model(torch.from_numpy(b.tokens[i : i + 1, :L]))[0, -1]
-            hits += int(logits.argmax()) == b.target[i]
-        left -= size
+    for i in range(len(b)):
+        L = b.answer_pos[i] + 1
+        logits = model(torch.from_numpy(b.tokens[i : i + 1, :L]))[0, -1]
+        hits += int(logits.argmax()) == b.target[i]
     return hits / cfg.prompts_per_length
 
 
@@ -404,6 +401,43 @@ def test_evaluation_matches_naive_loop_and_never_mutates(tmp_path):
     assert ood_average(table) == pytest.approx(table[table.n_objects > 8].accuracy.mean())
 
 
+def test_evaluation_scores_the_same_prompts_for_any_batch_size(tmp_path):
+    """evaluate.batch_size is memory only: batches of 10, 20, 7 and one of all 24 give the same table, cell for cell
+    (the same prompts, the same answers), and so do the analyses' prompts."""
+    from vlbind.interp.prompts import analysis_prompts
+
+    m = fresh()
+    train_stage(m, StageSpec(216, 216, 32, 2, 4), CFG, tmp_path, stage="text_s5")
+    cfg = EvalConfig(min_objects=2, max_objects=10, train_max_objects=8, prompts_per_length=24, batch_size=10,
+                     orders=["shuffled", "fixed"])
+    table = evaluate(m, cfg)
+    for size in (20, 7, 24):
+        pd.testing.assert_frame_equal(evaluate(m, replace(cfg, batch_size=size)), table)
+
+    def rows(batches):  # each prompt's tokens up to its [ANSWER], in order
+        return [b.tokens[i, : b.answer_pos[i] + 1].tolist() for b in batches for i in range(len(b))]
+
+    assert rows(analysis_prompts(30, 5, 8, order="shuffled")) == rows(analysis_prompts(30, 5, 256, order="shuffled"))
+
+
+def test_in_batches_splits_a_batch_into_its_prompts_cut_to_their_longest(tmp_path):
+    """Against the batch itself: the pieces hold its prompts in order, each array cut where the piece's longest
+    prompt ends, nothing but padding cut."""
+    from vlbind.tasks import in_batches
+
+    b = generate(StageSpec(216, 216, 32, 2, 8, shuffle=True), 23, np.random.default_rng(3))
+    parts = in_batches(b, 5)
+    assert [len(p) for p in parts] == [5, 5, 5, 5, 3]
+    for k, part in enumerate(parts):
+        whole = b.subset(slice(5 * k, 5 * k + len(part)))
+        width = part.tokens.shape[1]
+        assert width == (whole.answer_pos.max() + 1) and (whole.roles[:, width:] == Role.PAD).all()
+        token_arrays = {"tokens", "positions", "roles", "slots", "image_ids", "patches"}  # (B, T): cut
+        for name, value in vars(part).items():
+            want = getattr(whole, name)
+            assert value is want is None or np.array_equal(value, want[:, :width] if name in token_arrays else want)
+
+
 def test_two_order_evaluation_is_recomputed_prompt_by_prompt_from_the_text(tmp_path):
     m = fresh()
     train_stage(m, StageSpec(216, 216, 32, 2, 4, shuffle=False), CFG, tmp_path, stage="text_s5")
@@ -416,9 +450,8 @@ def test_two_order_evaluation_is_recomputed_prompt_by_prompt_from_the_text(tmp_p
         for n in (3, 9):
             rng, hits, in_order = np.random.default_rng([cfg.seed, n]), 0, []
             spec = StageSpec(216, 216, 32, 2, 32, shuffle=order == "shuffled")
-            for size in (5, 5, 2):
-                b = generate(spec, size, rng, n_objects=n, kind=RETRIEVAL, query_by=BY_COLOR, noise=False)
-                for i in range(size):
+            for b in [generate(spec, 12, rng, n_objects=n, kind=RETRIEVAL, query_by=BY_COLOR, noise=False)]:
+                for i in range(len(b)):
                     text = prompt_text(b, i)
                     answer = solve(text)
                     in_order.append(keys_in_context_order(text))

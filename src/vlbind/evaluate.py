@@ -3,7 +3,8 @@
 Evaluation uses text prompts of the full vocabulary (216 colors, 216 shapes, 32 items), queried by color (the
 paper's reported direction), without noise, with the association list in each of `orders`: shuffled (the
 paper's) and/or fixed (in context order, what a positional model trained without shuffling can solve; mini).
-The prompts come from a fixed evaluation seed, so every model is scored on the same prompts. Evaluation never trains:
+The prompts come from a fixed evaluation seed, drawn at once for each length and order and scored in batches, so
+every model is scored on the same prompts whatever `batch_size` (memory only). Evaluation never trains:
 it runs under `torch.no_grad()` in eval mode and leaves the model's mode as it found it.
 """
 
@@ -17,7 +18,7 @@ import torch
 
 from .inference import count_correct
 from .model import Transformer
-from .tasks import BY_COLOR, ORDERS, RETRIEVAL, StageSpec, batch_sizes, generate, in_order
+from .tasks import BY_COLOR, ORDERS, RETRIEVAL, StageSpec, generate, in_batches, in_order
 
 
 @dataclass(frozen=True)
@@ -53,9 +54,9 @@ def evaluate(model: Transformer, cfg: EvalConfig, device="cpu", precision: str =
         spec = in_order(EVAL_SPEC, order)
         for n in range(cfg.min_objects, cfg.max_objects + 1):
             rng = np.random.default_rng([cfg.seed, n])
-            batches = (generate(spec, size, rng, n_objects=n, kind=RETRIEVAL, query_by=BY_COLOR, noise=False)
-                       for size in batch_sizes(cfg.prompts_per_length, cfg.batch_size))
-            correct, total = count_correct(model, batches, device, precision)
+            prompts = generate(spec, cfg.prompts_per_length, rng, n_objects=n, kind=RETRIEVAL, query_by=BY_COLOR,
+                               noise=False)
+            correct, total = count_correct(model, in_batches(prompts, cfg.batch_size), device, precision)
             rows.append({"order": order, "n_objects": n, "correct": correct, "n_prompts": total,
                          "accuracy": correct / total, "in_distribution": n <= cfg.train_max_objects})
     return pd.DataFrame(rows)

@@ -180,6 +180,9 @@ class Batch:
         return Batch(**{k: None if v is None else v[keep] for k, v in vars(self).items()})
 
 
+_TOKEN_ARRAYS = ("tokens", "positions", "roles", "slots", "image_ids", "patches")  # Batch's (B, T) arrays
+
+
 def generate(spec: StageSpec, batch_size: int, rng: np.random.Generator, *, n_objects: int | None = None,
              kind: int | None = None, query_by: int | None = None, noise: bool | None = None,
              modality: int | None = None, bank: ImageBank | None = None, materialize_noise: bool = False,
@@ -377,6 +380,20 @@ def pack_queries(batch: Batch, vocab: Vocab = VOCAB) -> Batch:
 def batch_sizes(total: int, size: int) -> list[int]:
     """Split `total` prompts into batches of `size`, the last one smaller if needed."""
     return [size] * (total // size) + ([total % size] if total % size else [])
+
+
+def in_batches(batch: Batch, size: int) -> list[Batch]:
+    """`batch` as consecutive batches of `size` prompts (the last one smaller), each cut to its longest prompt: drawn
+    once and scored in batches, the prompts do not depend on the batch size (a memory setting)."""
+    if batch.groups is not None:
+        raise ValueError("in_batches splits single-query batches, not packed ones (pack_queries)")
+    out, start = [], 0
+    for n in batch_sizes(len(batch), size):
+        part = batch.subset(slice(start, start + n))
+        width = int(np.nonzero((part.roles != Role.PAD).any(0))[0].max()) + 1
+        out.append(replace(part, **{k: getattr(part, k)[:, :width] for k in _TOKEN_ARRAYS}))
+        start += n
+    return out
 
 
 def _distinct(rng: np.random.Generator, B: int, K: int, P: int) -> np.ndarray:

@@ -41,7 +41,7 @@ from ..inference import answer_logits, model_inputs
 from ..mechanisms import SCRATCH_LABELS
 from ..model import Transformer, hook_name, resid_name
 from ..settings import from_dict
-from ..tasks import BY_COLOR, RETRIEVAL, Batch, StageSpec, assemble, generate, in_order
+from ..tasks import BY_COLOR, RETRIEVAL, Batch, StageSpec, assemble, generate, in_batches, in_order
 
 LABELS = SCRATCH_LABELS  # vlbind.mechanisms: the vocabulary circuits.csv and table1.csv share
 MECHANISMS = LABELS[:-1]  # the five a patched answer can follow; anything else is "mixed"
@@ -67,6 +67,12 @@ class Pairs:
 
     def __len__(self) -> int:
         return len(self.original)
+
+    def in_batches(self, size: int) -> list[Pairs]:
+        """Consecutive batches of `size` pairs (tasks.in_batches): the pairs do not depend on the batch size."""
+        starts = range(0, len(self), size)
+        return [Pairs(o, cf, self.slots[i:i + size], self.predictions[i:i + size]) for i, o, cf in
+                zip(starts, in_batches(self.original, size), in_batches(self.counterfactual, size), strict=True)]
 
 
 def make_pairs(batch_size: int, rng: np.random.Generator, spec: StageSpec = INTERCHANGE_SPEC) -> Pairs:
@@ -162,8 +168,8 @@ def sweep(model: Transformer, n_pairs: int, seed: int, batch_size: int = 128, de
           layers: list[int] | None = None, *, order: str,
           positions: tuple[str, ...] = tuple(POSITIONS)) -> tuple[pd.DataFrame, dict]:
     """Label shares per patched position and layer: tidy rows (position, layer, label, fraction, count), on pairs
-    whose association lists are in `order` (tasks.ORDERS). Returns (table, info) where info counts generated,
-    kept and dropped pairs."""
+    whose association lists are in `order` (tasks.ORDERS), drawn at once and run `batch_size` at a time (the pairs do
+    not depend on it). Returns (table, info) where info counts generated, kept and dropped pairs."""
     model.eval()
     n = model.cfg.n_layers
     layers = list(range(n + 1)) if layers is None else layers
@@ -172,8 +178,7 @@ def sweep(model: Transformer, n_pairs: int, seed: int, batch_size: int = 128, de
     spec = in_order(INTERCHANGE_SPEC, order)
     counts = np.zeros((len(positions), len(layers), len(LABELS)), dtype=np.int64)
     generated = kept = 0
-    while generated < n_pairs:
-        pairs = make_pairs(min(batch_size, n_pairs - generated), rng, spec)
+    for pairs in make_pairs(n_pairs, rng, spec).in_batches(batch_size):
         generated += len(pairs)
         o, cf = pairs.original, pairs.counterfactual
         cf_resid = query_answer_residuals(model, cf, read, device)

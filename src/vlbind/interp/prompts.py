@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..tasks import BY_COLOR, RETRIEVAL, Batch, Role, StageSpec, batch_sizes, generate, in_order
+from ..tasks import BY_COLOR, RETRIEVAL, Batch, Role, StageSpec, generate, in_batches, in_order
 
 # Text prompts of <= 8 objects queried by color, as the paper analyses (full vocabulary; order: an argument).
 ANALYSIS_SPEC = StageSpec(n_colors=216, n_shapes=216, n_items=32, min_objects=2, max_objects=8, shuffle=True)
@@ -15,11 +15,10 @@ ROLES = {"context color": Role.CONTEXT_COLOR, "context shape": Role.CONTEXT_SHAP
 
 def analysis_prompts(n: int, seed: int, batch_size: int = 256, *, order: str) -> list[Batch]:
     """`n` retrieval prompts of ANALYSIS_SPEC queried by color, without noise, association lists in `order`
-    (tasks.ORDERS), in batches of `batch_size`."""
+    (tasks.ORDERS), in batches of `batch_size`: the same prompts for any batch size."""
     rng = np.random.default_rng([seed, 0x40])
     spec = in_order(ANALYSIS_SPEC, order)
-    return [generate(spec, size, rng, kind=RETRIEVAL, query_by=BY_COLOR, noise=False)
-            for size in batch_sizes(n, batch_size)]
+    return in_batches(generate(spec, n, rng, kind=RETRIEVAL, query_by=BY_COLOR, noise=False), batch_size)
 
 
 def slot_of_positions(batch: Batch) -> np.ndarray:
