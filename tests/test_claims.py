@@ -153,3 +153,30 @@ def test_the_curriculum_control_answers_images_or_curriculum_and_a_stalled_run_c
     assert (labels["verdict"], labels["n"], labels["n_apart"]) == ("mixed", 2, 1)  # "none" counted apart
     t = verdicts(base + runs("curriculum_text", [0.05, 0.06, 0.05]))
     assert t.loc["images_not_curriculum", "verdict"] == "holds" and t.loc["images_not_curriculum", "p_sign"] == 0.125
+
+
+def test_the_controls_verdict_rests_on_learnt_pairs_and_counts_a_pair_only_images_learnt_apart():
+    """Seed 0's curriculum run is at chance in distribution (0.25 on 2..8 objects, chance ~0.37): its pair says that
+    images make the task learnable, not that they beat a model of the same skill. The control's verdict reads the two
+    learnt pairs (+16, +14 points: holds), counts the third as n_learnable; image_beats_text reads every pair and
+    says how many are learnt."""
+    base = runs("text_only", [0.05, 0.06, 0.05], inside=0.3) + runs("image_text", [0.37, 0.21, 0.24], image=True)
+    control = [r if r["seed"] or not r["in_distribution"] else {**r, "accuracy": 0.25}
+               for r in runs("curriculum_text", [0.05, 0.05, 0.10])]
+    t = verdicts(base + control)
+    row = t.loc["images_not_curriculum"]
+    assert (row["verdict"], row["n"], row["n_learnt"], row["n_unlearnt"], row["n_learnable"]) == ("holds", 2, 2, 1, 1)
+    assert row["diff"] == pytest.approx(np.mean([0.21 - 0.05, 0.24 - 0.10]))
+    assert "seed0-enc: 37.0 - 5.0 = +32.0 (seed0 not learnt in distribution)" in row["per_run"]
+    assert "both runs learnt" in row["rule"]
+    plain = t.loc["image_beats_text"]  # text_only answers 0.3 in distribution: below LEARNT above chance
+    assert (plain["n"], plain["n_learnt"], plain["n_unlearnt"]) == (3, 0, 3) and pd.isna(plain["n_learnable"])
+
+
+def test_a_label_claim_says_on_how_many_runs_the_two_readings_agree():
+    labels = circuits({"text_only": ["Symbolic-A", "Positional", "Positional"]})
+    labels["last_circuit"] = ["Positional", "Positional", "none"]
+    table = claims_table(pd.DataFrame(runs("text_only", [0.05, 0.06, 0.05])), labels).set_index("claim")
+    row = table.loc["text_positional"]
+    assert (row["verdict"], row["n"], row["n_agree"]) == ("mixed", 3, 1)
+    assert "seed0: Symbolic-A (before the read-out: Positional)" in row["per_run"]

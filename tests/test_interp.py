@@ -198,6 +198,29 @@ def test_first_spike_and_circuit_labels():
     assert first_spike(effect(empty), 0.5) is None  # no pair kept: no spike, not a spike at layer 0
 
 
+def test_the_second_reading_is_the_layer_before_the_read_out():
+    """A first spike that catches the queried color arriving at [ANSWER] (color_key 0.5 at layer 1) while the layer
+    before the read-out is positional on 0.95 of pairs: `circuit` reads Symbolic-A (appendix F's rule), `last_circuit`
+    Positional, each with its own shares; a layer before the read-out that changes too few answers reads "none"."""
+    def table(shares_by_layer):
+        return pd.DataFrame([{"layer": layer, "label": k, "fraction": shares.get(k, 0.0),
+                              "count": int(100 * shares.get(k, 0.0))}
+                             for layer, shares in enumerate(shares_by_layer) for k in LABELS])
+    probes = pd.DataFrame({"role": ["context shape"], "attribute": ["color"], "layer": [1], "accuracy": [0.1],
+                           "chance": [0.05]})
+    none, readout = {"no_effect": 1.0}, {"reflexive": 1.0}
+    spike = {"color_key": 0.5, "positional": 0.3, "no_effect": 0.2}
+    label = circuit_label(table([none, spike, {"positional": 0.7, "no_effect": 0.3},
+                                 {"positional": 0.95, "mixed": 0.05}, readout]), probes)
+    assert (label["circuit"], label["spike_layer"], label["share_color_key"]) == ("Symbolic-A", 1, 0.5)
+    assert (label["last_circuit"], label["last_layer"], label["last_winner_share"]) == ("Positional", 3, 0.95)
+    assert label["last_share_color_key"] == 0.0 and label["last_share_mixed"] == 0.05
+    quiet = circuit_label(table([none, spike, {"positional": 0.3, "no_effect": 0.7}, readout]), probes)
+    assert (quiet["circuit"], quiet["last_circuit"], quiet["last_winner"]) == ("Symbolic-A", "none", None)
+    reflexive = circuit_label(table([none, spike, {"reflexive": 0.9, "positional": 0.1}, readout]), probes)
+    assert reflexive["last_circuit"] == "unresolved"
+
+
 def test_a_run_that_computes_its_answer_at_the_query_token_is_labelled_from_there():
     """[ANSWER] shows no effect before the read-out (it copies the answer in its last block): the rule reads the
     query token's patches, leaving out layer 0 there (it swaps the query token itself), then both."""
@@ -212,6 +235,7 @@ def test_a_run_that_computes_its_answer_at_the_query_token_is_labelled_from_ther
     query = rows("query", [swap, {"positional": 0.8, "no_effect": 0.2}, {"positional": 0.9}, none])
     label = circuit_label(pd.DataFrame(answer + query), probes)
     assert (label["circuit"], label["label_position"], label["spike_layer"]) == ("Positional", "query", 1)
+    assert (label["last_circuit"], label["last_layer"]) == ("Positional", 2)  # read at the same position
     assert circuit_label(pd.DataFrame(answer), probes)["circuit"] == "none"  # [ANSWER] alone: nothing to read
     both = rows("both", [swap, none, {"shape_key": 0.7, "reflexive": 0.3}, readout])
     label = circuit_label(pd.DataFrame(answer + rows("query", [swap, none, none, none]) + both), probes)

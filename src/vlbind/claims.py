@@ -10,12 +10,16 @@ stalled at chance; not converged) too: such a run is its arm's outcome, flagged 
 rows leave such runs out and count them.
 
 Verdicts: "holds" / "fails" / "mixed" (some runs or pairs each way) / "untested" (no run to read), and "smaller".
-- a label claim holds when every labelled run of its variants carries one of the claimed circuits (interp.circuits)
-  and fails when none does; a run labelled "none" or "unresolved" (no mechanism visible) is neither for nor
-  against: it is counted apart (`n_apart`);
+- a label claim holds when every labelled run of its variants carries one of the claimed circuits (interp.circuits'
+  first-spike reading, appendix F's) and fails when none does; a run labelled "none" or "unresolved" (no mechanism
+  visible) is neither for nor against: it is counted apart (`n_apart`). `n_agree`: on how many of the runs the
+  reading at the layer before the read-out (`last_circuit`) gives the same label;
 - a comparison A > B holds when every pair's OOD difference exceeds MIN_GAIN and fails when none does; it is
   "smaller" when every pair exceeds MIN_GAIN but the mean difference is under half the paper's (`paper_diff`): the
-  direction holds, the size does not reproduce;
+  direction holds, the size does not reproduce. A pair is "learnt" when both runs answer in distribution at least
+  LEARNT above chance; `n_learnt` and `n_unlearnt` count the two kinds. The controls' claims (images, not the
+  curriculum) rest on the learnt pairs alone: a pair where only the image run learnt says that images make the task
+  learnable (`n_learnable`), not that they beat a model of the same skill, and is counted apart;
 - "fails beyond the training range" holds when every run's OOD accuracy lies within FAILS_WITHIN of chance;
 - "learns shuffled lists" holds when every run's in-distribution accuracy on shuffled lists lies at least
   LEARNT above chance.
@@ -77,16 +81,26 @@ def _left_out(runs: pd.DataFrame) -> str:
     return f"; {n} run(s) left out (diverged or not converged)" if n else ""
 
 
-def compare(runs: pd.DataFrame, a: str, b: str, claim: str, statement: str, paper_diff: float | None = None) -> dict:
+def compare(runs: pd.DataFrame, a: str, b: str, claim: str, statement: str, paper_diff: float | None = None,
+            learnt_only: bool = False) -> dict:
     """The claim "A > B out of distribution", paired by seed; every run counted as it scored (module doc).
-    `paper_diff`: the paper's difference (a fraction), where it gives one."""
+    `paper_diff`: the paper's difference (a fraction), where it gives one. `learnt_only`: the verdict reads the
+    pairs of two learnt runs only; a pair where only A learnt counts as `n_learnable` (module doc)."""
     ra, rb = runs[runs["variant"] == a], runs[runs["variant"] == b]
     pairs = ra.merge(rb, on="seed", suffixes=("_a", "_b"))
-    diff = pairs["ood_a"] - pairs["ood_b"]
+    learnt = {s: pairs[f"in_distribution_{s}"] - pairs[f"in_chance_{s}"] >= LEARNT for s in "ab"}
+    pairs["learnt"] = learnt["a"] & learnt["b"]
+    pairs["learnable"] = learnt["a"] & ~learnt["b"]
+    read = pairs[pairs["learnt"]] if learnt_only else pairs
+    diff = read["ood_a"] - read["ood_b"]
 
     def flag(r):
         out = [run for run, used in ((r.run_a, r.used_a), (r.run_b, r.used_b)) if not used]
-        return f" ({', '.join(out)} diverged or not converged, counted as scored)" if out else ""
+        unlearnt = [run for run, x, c in ((r.run_a, r.in_distribution_a, r.in_chance_a),
+                                          (r.run_b, r.in_distribution_b, r.in_chance_b)) if x - c < LEARNT]
+        notes = ([f"{', '.join(out)} diverged or not converged, counted as scored"] if out else []) + \
+            ([f"{', '.join(unlearnt)} not learnt in distribution"] if unlearnt else [])
+        return f" ({'; '.join(notes)})" if notes else ""
 
     per = "; ".join(f"{r.run_a}: {100 * r.ood_a:.1f} - {100 * r.ood_b:.1f} = {100 * (r.ood_a - r.ood_b):+.1f}"
                     f"{flag(r)}" for r in pairs.itertuples())
@@ -95,27 +109,34 @@ def compare(runs: pd.DataFrame, a: str, b: str, claim: str, statement: str, pape
     verdict = _verdict(ok)
     smaller = paper_diff is not None and verdict == "holds" and mean < paper_diff / 2
     paper = f"; smaller if it holds with a mean under half the paper's {100 * paper_diff:+.1f}" if paper_diff else ""
-    return {"claim": claim, "statement": statement, "a": a, "b": b, "n": len(pairs),
-            "a_ood": pairs["ood_a"].mean(), "b_ood": pairs["ood_b"].mean(),
-            "a_above_chance": (pairs["ood_a"] - pairs["ood_chance_a"]).mean(),
-            "b_above_chance": (pairs["ood_b"] - pairs["ood_chance_b"]).mean(),
+    on = (f" of the pairs where both runs learnt (in distribution >= {100 * LEARNT:g} points above chance); a pair "
+          "where only A learnt counts as n_learnable") if learnt_only else ""
+    return {"claim": claim, "statement": statement, "a": a, "b": b, "n": len(read),
+            "n_learnt": int(pairs["learnt"].sum()), "n_unlearnt": int((~pairs["learnt"]).sum()),
+            "n_learnable": int(pairs["learnable"].sum()) if learnt_only else None,
+            "a_ood": read["ood_a"].mean(), "b_ood": read["ood_b"].mean(),
+            "a_above_chance": (read["ood_a"] - read["ood_chance_a"]).mean(),
+            "b_above_chance": (read["ood_b"] - read["ood_chance_b"]).mean(),
             "diff": mean, "diff_se": se, "paper_diff": paper_diff, "p_sign": sign_p(ok), "per_run": per,
             "verdict": "smaller" if smaller else verdict,
-            "rule": f"holds if A - B > {100 * MIN_GAIN:g} points OOD on every pair, fails if on none{paper}"}
+            "rule": f"holds if A - B > {100 * MIN_GAIN:g} points OOD on every pair{on}, fails if on none{paper}"}
 
 
 def labels(circuits: pd.DataFrame, variants: list[str], wanted: tuple[str, ...], claim: str, statement: str) -> dict:
     """A label claim: every labelled run of `variants` carries one of the circuits `wanted`; runs that show no
     mechanism (NO_MECHANISM) are counted apart."""
     c = circuits[circuits["variant"].isin(variants)]
+    last = c["last_circuit"] if "last_circuit" in c else pd.Series(None, index=c.index, dtype=object)
     per = "; ".join(f"{r.variant} {r.run}: {r.circuit}{' (weak)' if str(getattr(r, 'weak', '')) == 'True' else ''}"
-                    for r in c.itertuples())
+                    f" (before the read-out: {lc})" for r, lc in zip(c.itertuples(), last, strict=True))
     shown = c[~c["circuit"].isin(NO_MECHANISM)]
     hits = [circuit in wanted for circuit in shown["circuit"]]
     return {"claim": claim, "statement": statement, "a": ", ".join(variants), "b": "", "n": len(shown),
-            "n_apart": len(c) - len(shown), "p_sign": sign_p(hits), "per_run": per, "verdict": _verdict(hits),
-            "rule": f"holds if every run is labelled {' or '.join(wanted)} (circuits.csv), fails if none is; runs "
-                    f"labelled {' or '.join(NO_MECHANISM)} are neither (n_apart)"}
+            "n_apart": len(c) - len(shown), "n_agree": int((c["circuit"] == last).sum()), "p_sign": sign_p(hits),
+            "per_run": per, "verdict": _verdict(hits),
+            "rule": f"holds if every run is labelled {' or '.join(wanted)} at its first spike (circuits.csv), fails "
+                    f"if none is; runs labelled {' or '.join(NO_MECHANISM)} are neither (n_apart); n_agree: runs "
+                    "whose label at the layer before the read-out is the same"}
 
 
 def near_chance(runs: pd.DataFrame, variants: list[str], claim: str, statement: str) -> dict:
@@ -182,6 +203,9 @@ COMPARISONS = [
 ]
 
 
+CONTROLLED = ("images_not_curriculum", "noise_images_not_curriculum")  # verdicts on learnt pairs (module doc)
+
+
 def claims_table(evals: pd.DataFrame, circuits: pd.DataFrame) -> pd.DataFrame:
     """Every claim the variants present can test (README lists them), in the paper's order, then the control's.
     `evals`: evaluation tables of every variant (tables.read_eval_tables); `circuits`: circuits.csv."""
@@ -196,7 +220,7 @@ def claims_table(evals: pd.DataFrame, circuits: pd.DataFrame) -> pd.DataFrame:
 
     def pair(a, b, claim, statement, paper_diff=None):  # a comparison needs both variants
         if {a, b} <= have:
-            rows.append(compare(runs, a, b, claim, statement, paper_diff))
+            rows.append(compare(runs, a, b, claim, statement, paper_diff, learnt_only=claim in CONTROLLED))
 
     if text := present(["text_only", "noise_text"]):
         rows.append(labels(circuits, text, ("Positional",), "text_positional",
@@ -231,7 +255,8 @@ def claims_table(evals: pd.DataFrame, circuits: pd.DataFrame) -> pd.DataFrame:
         rows.append(combine(rows, "bind_loss_does_what_images_do", "the binding loss alone does what images do",
                             {"bind_loss_symbolic": "holds", "bind_loss_helps_text": "holds",
                              "images_beyond_bind_loss": "fails"}))
-    columns = ["claim", "statement", "order", "a", "b", "n", "n_apart", "a_in_distribution", "a_ood", "b_ood",
+    columns = ["claim", "statement", "order", "a", "b", "n", "n_apart", "n_agree", "n_learnt", "n_unlearnt",
+               "n_learnable", "a_in_distribution", "a_ood", "b_ood",
                "a_above_chance", "b_above_chance", "diff", "diff_se", "paper_diff", "p_sign", "per_run", "verdict",
                "rule"]
     return pd.DataFrame([{"order": order, **r} for r in rows]).reindex(columns=columns)

@@ -10,6 +10,11 @@ position, first; where [ANSWER] shows no spike before the read-out (a model that
 token and copies it to [ANSWER] in its last block), it reads the query token, then both together, and
 `label_position` says which it read. A patch at the query token entering the first block swaps the query token
 itself, so at those positions the rule leaves layer 0 out as it leaves out the read-out.
+
+Two readings (circuit_label): the first spike (appendix F's rule: `circuit`) and the last layer before the read-out
+(`last_circuit`, at the same position), each with its shares. They differ where the queried attribute reaches
+[ANSWER] early and the model then looks it up by position: a first spike can read Symbolic-A from a color-key share
+of ~0.5 at layer 2 while the layer before the read-out is positional on ~1.0 of pairs (mini's text runs).
 """
 
 from __future__ import annotations
@@ -64,6 +69,9 @@ def circuit_label(interchange: pd.DataFrame, probes: pd.DataFrame, rule: Circuit
     3. probes (appendix G): the symbolic circuits bind color into the context shape token, so the best
        layer's accuracy of decoding color at the context shape exceeds chance by >= probe_margin. The
        label is kept either way; `probes_agree` says whether the probe signature matches it.
+    4. the second reading (module doc): the same winner rule at the layer before the read-out (`last_layer`), at
+       `label_position` ([ANSWER] where no position showed a spike), when patching there changes >= spike_threshold
+       of the answers: `last_circuit`, `last_winner`, `last_share_*`; "none" otherwise.
     """
     readout = int(interchange["layer"].max())
     if "position" not in interchange:  # a table of [ANSWER] patches only
@@ -85,7 +93,8 @@ def circuit_label(interchange: pd.DataFrame, probes: pd.DataFrame, rule: Circuit
         spike = None
     out = {"pairs_kept": kept, "spike_layer": spike, "label_position": position if spike is not None else None,
            "readout_layer": readout, "color_at_context_shape": margin,
-           **{f"share_{k}": v for k, v in shares.items()}}
+           **{f"share_{k}": v for k, v in shares.items()},
+           **_last_layer_reading(interchange, readout - 1, position if spike is not None else "answer", kept, rule)}
     if spike is None:
         return {**out, "circuit": "none", "winner": None, "winner_share": float("nan"), "runner_up": None,
                 "runner_up_share": float("nan"), "weak": None, "probes_agree": None}
@@ -97,3 +106,19 @@ def circuit_label(interchange: pd.DataFrame, probes: pd.DataFrame, rule: Circuit
         return {**out, "circuit": "unresolved", "probes_agree": None}
     symbolic = winner != "positional"
     return {**out, "circuit": CIRCUITS[winner], "probes_agree": symbolic == (margin >= rule.probe_margin)}
+
+
+def _last_layer_reading(interchange: pd.DataFrame, layer: int, position: str, kept: int | None,
+                        rule: CircuitRule) -> dict:
+    """circuit_label's second reading (its step 4): the winner of the shares at `layer`, at `position`."""
+    rows = interchange[(interchange["position"] == position) & (interchange["layer"] == layer)]
+    changed = effect(rows)
+    readable = len(changed) and changed.iloc[0] >= rule.spike_threshold and not (kept is not None
+                                                                                 and kept < rule.min_pairs)
+    shares = rows.set_index("label")["fraction"]
+    shares = {k: float(shares.get(k, 0.0)) if readable else float("nan") for k in LABELS}
+    winner = sorted(CANDIDATES, key=lambda k: -shares[k])[0] if readable else None
+    circuit = "none" if winner is None else CIRCUITS.get(winner, "unresolved")
+    return {"last_layer": layer, "last_circuit": circuit, "last_winner": winner,
+            "last_winner_share": shares[winner] if winner else float("nan"),
+            **{f"last_share_{k}": v for k, v in shares.items()}}
