@@ -32,8 +32,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from vlbind.config import precision_for
-from vlbind.device import autocast
+from vlbind.device import autocast, precision_for
 from vlbind.inference import answer_logits
 from vlbind.model import ModelConfig, Transformer, count_parameters
 from vlbind.tasks import StageSpec, generate, pack_queries

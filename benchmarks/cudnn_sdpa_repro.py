@@ -10,6 +10,7 @@ The inputs are pytorch/pytorch#196678's: every logit ~ -120, so each query row's
 
 from __future__ import annotations
 
+import argparse
 import math
 
 import torch
@@ -33,6 +34,9 @@ def grad_q_non_finite(attend, L: int, D: int, heads: int = 4) -> int:
 
 
 def main() -> None:
+    argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter).parse_args()
+    if not torch.cuda.is_available():
+        raise SystemExit("cudnn_sdpa_repro.py needs a CUDA GPU (the bug is in cuDNN's attention kernel)")
     print(f"torch {torch.__version__}, cuDNN {torch.backends.cudnn.version()}, {torch.cuda.get_device_name()}")
     print("| key length | head dim | default choice: grad_q non-finite | cuDNN alone | vlbind.model.sdpa |")
     print("|---|---|---|---|---|")
