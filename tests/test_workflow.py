@@ -203,6 +203,15 @@ def test_changed_pretraining_setting_repretrains_that_encoder_and_reruns_its_fea
     assert jobs == expected | downstream_of_models(IMAGE_VARIANTS, "cnn_tiny")
 
 
+def test_a_changed_grid_of_a_pretrained_encoder_reextracts_its_features_without_pretraining_it(smoke_tree, tmp_path):
+    """Pretraining reads the encoder's timm_name, model_kwargs and pretrain section only (config.pretrain_spec):
+    `grid` pools the features, so it reruns extraction and the vision stages, not pretrain_encoder."""
+    jobs = dry_run_with(smoke_tree, tmp_path, "encoders:\n  cnn_tiny: {grid: 2}\n")
+    expected = {("extract_features", "encoder=cnn_tiny, layout=per_object")}
+    expected |= {("train_vision", f"seed={s}, encoder=cnn_tiny, stage={st}") for s in SEEDS for st in VISION_STAGES}
+    assert jobs == expected | downstream_of_models(IMAGE_VARIANTS, "cnn_tiny")
+
+
 def test_changed_eval_setting_retrains_nothing(smoke_tree, tmp_path):
     jobs = dry_run_with(smoke_tree, tmp_path, "evaluate: {prompts_per_length: 8}\n")
     assert {rule for rule, _ in jobs} == {"evaluate", "fig3", "fig8", "ood_table", "claims", "all"}

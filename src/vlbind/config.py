@@ -302,6 +302,16 @@ def encoder_spec(config: dict, name: str) -> dict:
     return canonical(spec)
 
 
+PRETRAIN_READS = ("timm_name", "model_kwargs", "pretrain")  # what pretraining an encoder reads of its section
+
+
+def pretrain_spec(config: dict, name: str) -> dict:
+    """What rule pretrain_encoder reads of encoder `name`'s section, and nothing else, so that a change elsewhere in
+    it (`grid`, say: how features are pooled) re-extracts features without pretraining the encoder again."""
+    spec = encoder_spec(config, name)
+    return {k: spec[k] for k in PRETRAIN_READS if k in spec}
+
+
 def pretrained_encoder_file(name: str) -> str:
     """Where the pretrain_encoder rule writes encoder `name`'s weights."""
     return f"results/encoders/{name}.safetensors"

@@ -33,7 +33,7 @@ rule pretrain_encoder:
     resources:
         **TRAIN_RESOURCES,
     params:
-        encoder=lambda wc: vlconfig.encoder_spec(config, wc.encoder),
+        encoder=lambda wc: vlconfig.pretrain_spec(config, wc.encoder),  # only what pretraining reads
         size=config["render"]["size"],
         n_colors=config["render"]["n_colors"],
         precision=vlconfig.canonical(config["precision"]),
