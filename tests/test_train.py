@@ -201,6 +201,11 @@ def test_a_ramp_killed_in_its_last_length_keeps_the_lengths_done_and_reaches_the
     train_ramped(fresh(), RAMP_SPEC, other, tmp_path / "run", stage="text_s4", callback=calls.append)
     assert len(calls) == 9
     assert json.loads((tmp_path / "run" / "ramp" / "n2" / "meta.json").read_text())["train_config"]["lr"] == 1e-3
+    calls.clear()  # another start (an easier first task, which the first length trains on): discarded too
+    start = (replace(RAMP_SPEC, max_objects=2), 2)
+    train_ramped(fresh(), RAMP_SPEC, other, tmp_path / "run", stage="text_s4", callback=calls.append, start=start)
+    assert len(calls) == 9
+    assert json.loads((tmp_path / "run" / "ramp" / "n2" / "meta.json").read_text())["start"]["steps"] == 2
 
 
 def test_same_seed_same_weights_and_metrics(tmp_path):

@@ -222,6 +222,15 @@ def fingerprint(*parts) -> str:
     return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
+def settings_key(stage: str, spec: StageSpec, cfg: TrainConfig, model: Transformer, parent: str | None,
+                 start: tuple[StageSpec, int] | None) -> str:
+    """What a stage's saved progress was made with (its resume state, a ramp's lengths): a state whose key differs is
+    discarded. max_steps only says when to stop, never what a step does, so raising a cap keeps a killed run's
+    progress."""
+    return fingerprint(stage, spec.to_dict(), {**asdict(cfg), "max_steps": None}, model.cfg.to_dict(), parent,
+                       _weights_digest(model), *([start[0].to_dict(), start[1]] if start else []))
+
+
 def train_stage(model: Transformer, spec: StageSpec, cfg: TrainConfig, out_dir: Path, *, stage: str,
                 device="cpu", parent: str | None = None, bank: ImageBank | None = None,
                 start: tuple[StageSpec, int] | None = None, callback: Callable[[int], None] | None = None,
@@ -246,10 +255,8 @@ def train_stage(model: Transformer, spec: StageSpec, cfg: TrainConfig, out_dir: 
     model.to(device).train()
     opt = make_optimizer(model, cfg) if optimizer is None else optimizer
     rng = np.random.default_rng([cfg.seed, int(fingerprint(stage), 16) % (2**32)])
-    # max_steps only says when to stop, never what a step does: raising a cap keeps a killed run's progress
     start_spec, start_steps = start if start is not None else (spec, 0)
-    key = fingerprint(stage, spec.to_dict(), {**asdict(cfg), "max_steps": None}, model.cfg.to_dict(), parent,
-                      _weights_digest(model), *([start_spec.to_dict(), start_steps] if start else []))
+    key = settings_key(stage, spec, cfg, model, parent, start)
     ckpt_every = math.ceil(cfg.checkpoint_every / cfg.eval_every) * cfg.eval_every
     progress = _Progress.resume_or_start(out_dir / RESUME_FILE, key, model, opt, rng, stage)
     val_bank = None
@@ -329,8 +336,7 @@ def train_ramped(model: Transformer, spec: StageSpec, cfg: TrainConfig, out_dir:
     if not cfg.ramp or spec.min_objects == spec.max_objects or cfg.max_steps == 0:
         return train_stage(model, spec, cfg, out_dir, stage=stage, **kwargs)
     out_dir, ramp_dir = Path(out_dir), Path(out_dir) / RAMP_DIR
-    key = fingerprint(stage, spec.to_dict(), {**asdict(cfg), "max_steps": None}, model.cfg.to_dict(),
-                      kwargs.get("parent"), _weights_digest(model))
+    key = settings_key(stage, spec, cfg, model, kwargs.get("parent"), kwargs.get("start"))
     key_file = ramp_dir / "key.json"
     if ramp_dir.exists() and (not key_file.is_file() or read_json(key_file, "ramp key").get("key") != key):
         log.warning("%s: discarding %s, made with other settings or starting weights", stage, ramp_dir)
