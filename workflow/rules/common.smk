@@ -13,12 +13,21 @@ SEEDS = config["seeds"]
 ENCODERS = config["vision"]["encoders"]
 LAYOUT = config["render"]["layout"]
 BANK = f"results/banks/{LAYOUT}"
-# what a model-training job asks a scheduler for (training, encoder pretraining, feature extraction)
-TRAIN_RESOURCES = {
-    "gpu": config["resources"]["gpus"],
-    "runtime": config["resources"]["train_runtime_min"],
-    "mem_mb": config["resources"]["train_mem_mb"],
-}
+
+
+def job_resources(kind):
+    """What a job asks a scheduler for, by kind: "train" (training, encoder pretraining, feature extraction: a GPU,
+    config key resources' time and memory), "gpu" (evaluation, analyses: a GPU, the profile's default time and
+    memory), "qwen" (a pretrained LLM or VLM: a GPU, qwen's time and memory)."""
+    gpu = {"gpu": config["resources"]["gpus"]}
+    if kind == "train":
+        return gpu | {
+            "runtime": config["resources"]["train_runtime_min"],
+            "mem_mb": config["resources"]["train_mem_mb"],
+        }
+    if kind == "qwen":
+        return gpu | {"runtime": config["qwen"]["runtime_min"], "mem_mb": config["qwen"]["mem_mb"]}
+    return gpu
 
 
 wildcard_constraints:
@@ -104,6 +113,14 @@ def interp_tables(analysis):
 # Pretrained Qwen models (workflow/rules/qwen.smk)
 QWEN = config["qwen"]
 QWEN_NOTE = "TINY RANDOM Qwen models (not the real weights): numbers are meaningless" if QWEN["tiny"] else ""
+# the params every Qwen model job passes its script: the model's section and how to load and prompt it
+QWEN_MODEL_PARAMS = {
+    "model": lambda wc: vlconfig.canonical(QWEN["models"][wc.model]),
+    "chat": vlconfig.canonical(QWEN["chat"]),
+    "tiny": QWEN["tiny"],
+    "dtype": QWEN["dtype"],
+    "device": config["device"],
+}
 
 
 def qwen_tables(wildcards=None):

@@ -16,7 +16,7 @@ rule evaluate:
         "../envs/vlbind.yaml"
     threads: config["resources"]["threads"]
     resources:
-        gpu=config["resources"]["gpus"],
+        **job_resources("gpu"),
     params:
         evaluate=vlconfig.canonical(config["evaluate"]),
         divergence=vlconfig.canonical(config["divergence"]),

@@ -16,7 +16,7 @@ rule analyze:
         "../envs/vlbind.yaml"
     threads: config["resources"]["threads"]
     resources:
-        gpu=config["resources"]["gpus"],
+        **job_resources("gpu"),
     params:
         settings=lambda wc: vlconfig.canonical(config["interp"][wc.analysis]),
         order=config["interp"]["order"],

@@ -15,17 +15,11 @@ rule qwen_retrieval:
         "../envs/vlbind.yaml"
     threads: config["resources"]["threads"]
     resources:
-        gpu=config["resources"]["gpus"],
-        runtime=QWEN["runtime_min"],
-        mem_mb=QWEN["mem_mb"],
+        **job_resources("qwen"),
     params:
-        model=lambda wc: vlconfig.canonical(QWEN["models"][wc.model]),
+        **QWEN_MODEL_PARAMS,
         prompts=vlconfig.canonical(QWEN["prompts"]),
-        chat=vlconfig.canonical(QWEN["chat"]),
         generation=vlconfig.canonical(QWEN["generation"]),
-        tiny=QWEN["tiny"],
-        dtype=QWEN["dtype"],
-        device=config["device"],
     script:
         "../../scripts/qwen_retrieval.py"
 
@@ -72,16 +66,10 @@ rule qwen_binding:
         "../envs/vlbind.yaml"
     threads: config["resources"]["threads"]
     resources:
-        gpu=config["resources"]["gpus"],
-        runtime=QWEN["runtime_min"],
-        mem_mb=QWEN["mem_mb"],
+        **job_resources("qwen"),
     params:
-        model=lambda wc: vlconfig.canonical(QWEN["models"][wc.model]),
+        **QWEN_MODEL_PARAMS,
         binding=vlconfig.canonical(QWEN["binding"]),
-        chat=vlconfig.canonical(QWEN["chat"]),
-        tiny=QWEN["tiny"],
-        dtype=QWEN["dtype"],
-        device=config["device"],
     script:
         "../../scripts/qwen_binding.py"
 
@@ -117,16 +105,10 @@ rule qwen_probes:
         "../envs/vlbind.yaml"
     threads: config["resources"]["threads"]
     resources:
-        gpu=config["resources"]["gpus"],
-        runtime=QWEN["runtime_min"],
-        mem_mb=QWEN["mem_mb"],
+        **job_resources("qwen"),
     params:
-        model=lambda wc: vlconfig.canonical(QWEN["models"][wc.model]),
+        **QWEN_MODEL_PARAMS,
         probes=vlconfig.canonical(QWEN["probes"]),
-        chat=vlconfig.canonical(QWEN["chat"]),
-        tiny=QWEN["tiny"],
-        dtype=QWEN["dtype"],
-        device=config["device"],
     script:
         "../../scripts/qwen_probes.py"
 

@@ -22,7 +22,7 @@ rule train_text:
         "../envs/vlbind.yaml"
     threads: config["resources"]["threads"]
     resources:
-        **TRAIN_RESOURCES,
+        **job_resources("train"),
     params:
         stage=lambda wc: vlconfig.stage_params(config, wc.stage),
         device=config["device"],

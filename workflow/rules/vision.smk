@@ -31,7 +31,7 @@ rule pretrain_encoder:
         "../envs/vlbind.yaml"
     threads: config["resources"]["threads"]
     resources:
-        **TRAIN_RESOURCES,
+        **job_resources("train"),
     params:
         encoder=lambda wc: vlconfig.pretrain_spec(config, wc.encoder),  # only what pretraining reads
         size=config["render"]["size"],
@@ -59,7 +59,7 @@ rule extract_features:
         "../envs/vlbind.yaml"
     threads: config["resources"]["threads"]
     resources:
-        **TRAIN_RESOURCES,
+        **job_resources("train"),
     params:
         encoder=lambda wc: vlconfig.encoder_spec(config, wc.encoder),
         batch_size=config["vision"]["extract_batch_size"],
