@@ -43,8 +43,9 @@ def single_query(b, slot, bank=None):
         picture[r, 0] = b.image_ids[r, t]
     else:
         picture[r, b.slots[r, t]] = b.image_ids[r, t]
-    return assemble(b.n_objects, b.colors, b.shapes, b.items, b.association_slots, slot, b.kind, b.query_by,
-                    b.noise, b.modality, picture, bank)
+    return assemble(n=b.n_objects, colors=b.colors, shapes=b.shapes, items=b.items, entry_slots=b.association_slots,
+                    query_slot=slot, kind=b.kind, query_by=b.query_by, gap=b.noise, modality=b.modality,
+                    picture=picture, bank=bank)
 
 
 def unpack(packed, p):

@@ -245,11 +245,12 @@ def generate(spec: StageSpec, batch_size: int, rng: np.random.Generator, *, n_ob
     colors = np.where(valid, vocab.color_offset + color_idx, -1)
     shapes = np.where(valid, vocab.shape_offset + shape_idx, -1)
     items[~valid] = -1
-    batch = assemble(n, colors, shapes, items, entry_slots, query_slot, kind_, by, gap, modal, picture, bank, vocab)
+    batch = assemble(n=n, colors=colors, shapes=shapes, items=items, entry_slots=entry_slots, query_slot=query_slot,
+                     kind=kind_, query_by=by, gap=gap, modality=modal, picture=picture, bank=bank, vocab=vocab)
     return _materialize(batch, vocab) if materialize_noise else batch
 
 
-def assemble(n, colors, shapes, items, entry_slots, query_slot, kind, query_by, gap, modality=None, picture=None,
+def assemble(*, n, colors, shapes, items, entry_slots, query_slot, kind, query_by, gap, modality=None, picture=None,
              bank: ImageBank | None = None, vocab: Vocab = VOCAB) -> Batch:
     """Lay out prompts from their bindings (the inverse of reading a Batch's binding fields).
 

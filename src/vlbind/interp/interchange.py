@@ -92,7 +92,8 @@ def make_pairs(batch_size: int, rng: np.random.Generator, spec: StageSpec = INTE
     # items follow shapes: slot c now shows shape x, which gets item s; slot x shows shape c (keeps item c);
     # shape s (still at slot s) gets item x
     items[rows, c], items[rows, x], items[rows, s] = o.items[rows, s], o.items[rows, c], o.items[rows, x]
-    cf = assemble(o.n_objects, colors, shapes, items, o.association_slots, c, o.kind, o.query_by, o.noise)
+    cf = assemble(n=o.n_objects, colors=colors, shapes=shapes, items=items, entry_slots=o.association_slots,
+                  query_slot=c, kind=o.kind, query_by=o.query_by, gap=o.noise)
     predictions = np.stack([o.items[rows, c], o.items[rows, w], o.items[rows, x], o.items[rows, s],
                             o.items[rows, q]], axis=1)
     return Pairs(o, cf, np.stack([q, c, w, x, s], axis=1), predictions)
