@@ -355,8 +355,8 @@ def train_ramped(model: Transformer, spec: StageSpec, cfg: TrainConfig, out_dir:
             meta = train_stage(model, replace(spec, max_objects=n), replace(cfg, max_steps=left), sub,
                                stage=f"{stage}_n{n}", **kwargs)
         kwargs.pop("start", None)
-        lengths.append({k: meta.get(k, 0) for k in ("steps", "stopped_because", "best_val_accuracy", "skipped_steps",
-                                                    "wall_seconds")} | {"max_objects": n})
+        lengths.append({k: meta[k] for k in ("steps", "stopped_because", "best_val_accuracy", "wall_seconds")}
+                       | {"skipped_steps": meta.get("skipped_steps", 0), "max_objects": n})  # 0: a length made before
         if meta["stopped_because"] == NON_FINITE:
             break
     ramp_steps = sum(x["steps"] for x in lengths)

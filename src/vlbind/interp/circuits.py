@@ -89,16 +89,18 @@ def circuit_label(interchange: pd.DataFrame, probes: pd.DataFrame, rule: Circuit
     margin = float((binding["accuracy"] - binding["chance"]).max()) if len(binding) else float("nan")
     shares = {k: float(at_spike.get(k, 0.0)) if spike is not None else float("nan") for k in LABELS}
     kept = int(interchange["pairs_kept"].iloc[0]) if "pairs_kept" in interchange and len(interchange) else None
-    if kept is not None and kept < rule.min_pairs:
+    too_few = kept is not None and kept < rule.min_pairs
+    if too_few:
         spike = None
     out = {"pairs_kept": kept, "spike_layer": spike, "label_position": position if spike is not None else None,
            "readout_layer": readout, "color_at_context_shape": margin,
            **{f"share_{k}": v for k, v in shares.items()},
-           **_last_layer_reading(interchange, readout - 1, position if spike is not None else "answer", kept, rule)}
+           **_last_layer_reading(interchange, readout - 1, position if spike is not None else "answer",
+                                 rule.spike_threshold, too_few)}
     if spike is None:
         return {**out, "circuit": "none", "winner": None, "winner_share": float("nan"), "runner_up": None,
                 "runner_up_share": float("nan"), "weak": None, "probes_agree": None}
-    winner, runner_up = sorted(CANDIDATES, key=lambda k: -shares[k])[:2]  # stable: ties keep CANDIDATES' order
+    winner, runner_up = _ranked(shares)[:2]
     out |= {"winner": winner, "winner_share": shares[winner], "runner_up": runner_up,
             "runner_up_share": shares[runner_up],
             "weak": shares[winner] < rule.weak_share or shares[winner] - shares[runner_up] < rule.weak_lead}
@@ -108,16 +110,21 @@ def circuit_label(interchange: pd.DataFrame, probes: pd.DataFrame, rule: Circuit
     return {**out, "circuit": CIRCUITS[winner], "probes_agree": symbolic == (margin >= rule.probe_margin)}
 
 
-def _last_layer_reading(interchange: pd.DataFrame, layer: int, position: str, kept: int | None,
-                        rule: CircuitRule) -> dict:
-    """circuit_label's second reading (its step 4): the winner of the shares at `layer`, at `position`."""
+def _ranked(shares: dict[str, float]) -> list[str]:
+    """CANDIDATES by share, largest first; stable: ties keep CANDIDATES' order (a circuit first)."""
+    return sorted(CANDIDATES, key=lambda k: -shares[k])
+
+
+def _last_layer_reading(interchange: pd.DataFrame, layer: int, position: str, threshold: float,
+                        too_few: bool) -> dict:
+    """circuit_label's second reading (its step 4): the winner of the shares at `layer`, at `position`, where
+    patching there changes >= `threshold` of the answers and the run kept enough pairs (not `too_few`)."""
     rows = interchange[(interchange["position"] == position) & (interchange["layer"] == layer)]
     changed = effect(rows)
-    readable = len(changed) and changed.iloc[0] >= rule.spike_threshold and not (kept is not None
-                                                                                 and kept < rule.min_pairs)
+    readable = not too_few and len(changed) > 0 and changed.iloc[0] >= threshold
     shares = rows.set_index("label")["fraction"]
     shares = {k: float(shares.get(k, 0.0)) if readable else float("nan") for k in LABELS}
-    winner = sorted(CANDIDATES, key=lambda k: -shares[k])[0] if readable else None
+    winner = _ranked(shares)[0] if readable else None
     circuit = "none" if winner is None else CIRCUITS.get(winner, "unresolved")
     return {"last_layer": layer, "last_circuit": circuit, "last_winner": winner,
             "last_winner_share": shares[winner] if winner else float("nan"),
