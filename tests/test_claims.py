@@ -156,7 +156,7 @@ def test_the_curriculum_control_answers_images_or_curriculum_and_a_stalled_run_c
 
 
 def test_the_controls_verdict_rests_on_learnt_pairs_and_counts_a_pair_only_images_learnt_apart():
-    """Seed 0's curriculum run is at chance in distribution (0.25 on 2..8 objects, chance ~0.37): its pair says that
+    """Seed 0's curriculum run is at chance in distribution (0.25 on 2..8 objects, chance ~0.25): its pair says that
     images make the task learnable, not that they beat a model of the same skill. The control's verdict reads the two
     learnt pairs (+16, +14 points: holds), counts the third as n_learnable; image_beats_text reads every pair and
     says how many are learnt."""
