@@ -270,8 +270,15 @@ def stage_params(config: dict, stage: str, encoder: str | None = None) -> dict:
 @functools.cache
 def _schema() -> dict:
     """The parsed schema, read once per process: stage_params runs for every training job at DAG build.
-    Shared, so read it, never change it."""
-    return yaml.safe_load(SCHEMA_PATH.read_text())
+    Shared, so read it, never change it. The names come from vlbind.stages, their one declaration: the variants'
+    enum (VARIANT_STAGE) and a section per stage (STAGE_PARENTS; a control_stage for CONTROLS, none for the
+    curriculum control's, which copy their image stage's)."""
+    schema = yaml.safe_load(SCHEMA_PATH.read_text())
+    schema["definitions"]["variant"]["enum"] = list(VARIANT_STAGE)
+    schema["properties"]["stages"]["properties"] = {
+        s: {"$ref": "#/definitions/control_stage" if s in CONTROLS else "#/definitions/stage"}
+        for s in STAGE_PARENTS if s not in CURRICULUM}
+    return schema
 
 
 def schema_defaults(definition: str) -> dict:

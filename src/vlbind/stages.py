@@ -19,11 +19,13 @@ STAGE_PARENTS: dict[str, str | None] = {
 # grounding (D.5) is text-only, so it is trained once per seed and shared by every encoder's run.
 VISION_STAGES = ("image", "mixed", "image_text", "noise_image_text")
 TEXT_STAGES = tuple(s for s in STAGE_PARENTS if s not in VISION_STAGES)
-# Paper variant name -> the stage whose checkpoint it is.
+# Variant name -> the stage whose checkpoint it is: the one list of variants, in the order tables and figures show
+# them (the paper's four, the curriculum control, the binding-loss control). The schema's enum (config._schema) and
+# tables.VARIANT_ORDER are read from it.
 VARIANT_STAGE = {"text_only": "text_s5", "noise_text": "noise_text", "image_text": "image_text",
-                 "noise_image_text": "noise_image_text", "text_bind": "text_bind", "noise_text_bind": "noise_text_bind",
-                 "text_bind_shuffled": "text_bind_shuffled", "curriculum_text": "curriculum_text",
-                 "noise_curriculum_text": "noise_curriculum_text"}
+                 "noise_image_text": "noise_image_text", "curriculum_text": "curriculum_text",
+                 "noise_curriculum_text": "noise_curriculum_text", "text_bind": "text_bind",
+                 "noise_text_bind": "noise_text_bind", "text_bind_shuffled": "text_bind_shuffled"}
 # The binding-loss control: each control stage -> the image-arm stage whose binding-loss weight it must use. A
 # control trains on its parent's task (text_bind_shuffled: with the list shuffled; config.stage_section derives
 # it) and config.validate() checks the weight: the control and its text parent differ in the binding loss alone.

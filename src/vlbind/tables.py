@@ -10,11 +10,11 @@ import numpy as np
 import pandas as pd
 
 from .outcomes import STALLED, ood_average
+from .stages import VARIANT_STAGE
 
 # the paper's four, then the curriculum control (stages.CURRICULUM: the image arm's curriculum in text), then the
 # binding-loss control (stages.CONTROLS: text models given the image arm's binding loss)
-VARIANT_ORDER = ["text_only", "noise_text", "image_text", "noise_image_text", "curriculum_text",
-                 "noise_curriculum_text", "text_bind", "noise_text_bind", "text_bind_shuffled"]
+VARIANT_ORDER = list(VARIANT_STAGE)
 
 
 def read_eval_tables(paths: list[str | Path]) -> pd.DataFrame:

@@ -3,9 +3,11 @@ attention knockouts, linear probes and layer relevance. All run on text prompts,
 
 from __future__ import annotations
 
+import importlib
+
 from ..device import autocast
 
-# Analysis name (config key interp.<name> holds its settings; `runner` gives the code it runs) -> the figures
+# Analysis name (config key interp.<name> holds its settings; module vlbind.interp.<name> its `run`) -> the figures
 # drawn from its tables (vlbind.figures). Names only: the DAG is built from them without importing torch.
 ANALYSES = {"interchange": ("fig4", "fig9"), "knockout": ("fig10", "fig13"), "probes": ("fig11", "fig12"),
             "layer_relevance": ("fig_layer_relevance",)}
@@ -28,12 +30,8 @@ def analyze(analysis: str, model, settings: dict, device: str, order: str, preci
 
 
 def runner(analysis: str):
-    """The function that runs `analysis`: `run(model, settings, device, order) -> (table, summary)` of its module
-    (imported on call: the analyses import torch, building the DAG does not)."""
-    from . import interchange, knockout, layer_relevance, probes
-
-    runs = {"interchange": interchange.run, "knockout": knockout.run, "probes": probes.run,
-            "layer_relevance": layer_relevance.run}
+    """The function that runs `analysis`: `run(model, settings, device, order) -> (table, summary)` of its module,
+    vlbind.interp.<analysis> (imported on call: the analyses import torch, building the DAG does not)."""
     if analysis not in ANALYSES:
         raise ValueError(f"unknown analysis {analysis!r}; valid: {list(ANALYSES)}")
-    return runs[analysis]
+    return importlib.import_module(f"{__name__}.{analysis}").run

@@ -1,0 +1,50 @@
+"""Every stage, variant and analysis name has one declaration (vlbind.stages, vlbind.interp.ANALYSES); what else
+names them is derived from it or checked here, so that a new name missing anywhere fails one test."""
+
+import importlib
+import re
+from pathlib import Path
+
+import pytest
+
+from vlbind import claims, config as vlconfig, figures, interp, stages, tables
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_the_schema_and_the_tables_read_their_names_from_vlbind_stages():
+    schema = vlconfig._schema()
+    assert schema["definitions"]["variant"]["enum"] == list(stages.VARIANT_STAGE) == tables.VARIANT_ORDER
+    sections = schema["properties"]["stages"]["properties"]
+    assert set(sections) == set(stages.STAGE_PARENTS) - set(stages.CURRICULUM)
+    assert {s for s, ref in sections.items() if ref["$ref"].endswith("control_stage")} == set(stages.CONTROLS)
+    # the file itself lists no variant or stage name: a new one needs no edit there
+    text = (ROOT / "src/vlbind/config.schema.yaml").read_text()
+    for name in [*stages.VARIANT_STAGE, *stages.STAGE_PARENTS]:
+        assert not re.search(rf"(^|[\s\[,]){name}(:|,|\])", text, re.M), name
+
+
+def test_a_variant_or_stage_named_nowhere_in_vlbind_stages_is_refused_by_the_schema():
+    base = vlconfig.load([ROOT / "config/config.yaml"])
+    with pytest.raises(vlconfig.ConfigError, match="text_only_typo"):
+        vlconfig.validate({**base, "variants": ["text_only_typo"]})
+    with pytest.raises(vlconfig.ConfigError, match="text_s9"):
+        vlconfig.validate({**base, "stages": {**base["stages"], "text_s9": {"task": {}}}})
+
+
+def test_the_claims_name_only_declared_variants_and_every_variant_has_a_claim():
+    compared = {name for row in claims.COMPARISONS for name in row[:2]}
+    assert compared <= set(stages.VARIANT_STAGE)
+    source = (ROOT / "src/vlbind/claims.py").read_text()
+    for variant in stages.VARIANT_STAGE:
+        assert f'"{variant}"' in source, f"no claim reads {variant}"
+
+
+def test_every_variant_is_a_stage_and_every_analysis_a_module_with_its_figures():
+    assert set(stages.VARIANT_STAGE.values()) <= set(stages.STAGE_PARENTS)
+    for analysis, figs in interp.ANALYSES.items():
+        module = importlib.import_module(f"vlbind.interp.{analysis}")
+        assert interp.runner(analysis) is module.run
+        assert set(figs) <= set(figures.FIGURES), analysis
+    with pytest.raises(ValueError, match="unknown analysis"):
+        interp.runner("nonsense")
