@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from vlbind import claims, config as vlconfig, figures, interp, stages, tables
+from vlbind import claims, figures, interp, stages, tables
+from vlbind import config as vlconfig
 
 ROOT = Path(__file__).resolve().parents[1]
 
