@@ -5,7 +5,7 @@ from pathlib import Path
 from vlbind.checkpoint import load_model
 from vlbind.device import job_device
 from vlbind.files import atomic_write
-from vlbind.interp import analyze
+from vlbind.interp import analyze, settings
 from vlbind.logs import setup_logging
 
 sm = snakemake  # noqa: F821 (injected by Snakemake)
@@ -13,7 +13,8 @@ log = setup_logging(sm.log[0])
 device, precision = job_device(sm.params.device, sm.threads, sm.params.precision)
 model, _ = load_model(Path(sm.input.model).parent, device)
 analysis = sm.wildcards.analysis
-table, summary = analyze(analysis, model, dict(sm.params.settings), device, sm.params.order, precision)
+table, summary = analyze(analysis, model, settings(analysis, dict(sm.params.settings)), device, sm.params.order,
+                         precision)
 log.info("%s: %s", analysis, summary)
 table.insert(0, "run", sm.wildcards.run)
 table.insert(0, "variant", sm.wildcards.variant)

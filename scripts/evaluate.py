@@ -10,7 +10,7 @@ from vlbind.device import job_device
 from vlbind.evaluate import EvalConfig, evaluate
 from vlbind.files import atomic_write, read_json
 from vlbind.logs import setup_logging
-from vlbind.outcomes import ood_average, with_verdicts
+from vlbind.outcomes import DivergenceRule, ood_average, with_verdicts
 from vlbind.settings import from_dict
 
 sm = snakemake  # noqa: F821
@@ -24,7 +24,8 @@ table.insert(0, "variant", sm.wildcards.variant)
 table["seed"] = meta["train_config"]["seed"]
 curves = {Path(p).parent.name: pd.read_parquet(p) for p in sm.input.curves}
 metas = {Path(p).parent.name: read_json(p, "model meta.json") for p in sm.input.metas}
-table = with_verdicts(table, curves, metas, sm.params.divergence, cfg.orders[0])
+rule = from_dict(DivergenceRule, dict(sm.params.divergence))
+table = with_verdicts(table, curves, metas, rule, cfg.orders[0])
 atomic_write(Path(sm.output.table), lambda tmp: table.to_parquet(tmp, index=False))
 first = table.iloc[0]
 marks = (f" (DIVERGED: {first.divergence})" if first.diverged else "") + (

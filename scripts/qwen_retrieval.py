@@ -4,17 +4,17 @@ from vlbind.files import atomic_write
 from vlbind.logs import setup_logging
 from vlbind.qwen import jobs, models
 from vlbind.qwen.prompts import Chat, PromptConfig, prompts
-from vlbind.qwen.retrieval import evaluate
+from vlbind.qwen.retrieval import Generation, evaluate
+from vlbind.settings import from_dict
 
 sm = snakemake  # noqa: F821 (injected by Snakemake)
 log = setup_logging(sm.log[0])
 device, _ = job_device(sm.params.device, sm.threads)  # the weights' dtype: jobs.for_job logs it
 spec = models.QwenModel.from_dict(sm.params.model)
 model, tok = jobs.for_job(spec, sm.params.tiny, sm.params.dtype, device)
-cfg, gen = PromptConfig.from_dict(sm.params.prompts), sm.params.generation
+cfg = PromptConfig.from_dict(sm.params.prompts)
 table = evaluate(model, tok, prompts(cfg, sm.wildcards.task), chat=Chat.from_dict(sm.params.chat),
-                 max_new_tokens=gen["max_new_tokens"], greedy=gen["greedy"], seed=gen["seed"],
-                 batch_size=gen["batch_size"], device=device)
+                 generation=from_dict(Generation, dict(sm.params.generation)), device=device)
 table = jobs.with_model_columns(table, sm.wildcards.model, spec, sm.params.tiny)
 atomic_write(sm.output.table, lambda tmp: table.to_parquet(tmp, index=False))
 log.info("wrote %s: accuracy %.3f over %d prompts", sm.output.table, table["correct"].mean(), len(table))

@@ -1,6 +1,6 @@
-"""Every default has one value: a settings dataclass's default equals the paper config's value for the same key
-(config/config.yaml is the source of truth), and a schema default equals both. Keys a config section leaves out
-have their one default in the dataclass."""
+"""Every default has one home: a settings dataclass's default equals the paper config's value for the same key
+(config/config.yaml is the source of truth); the settings a config may leave out take theirs from the schema, and
+config.yaml records the same value."""
 
 import dataclasses
 
@@ -15,9 +15,11 @@ from vlbind.interp.knockout import KnockoutConfig
 from vlbind.interp.layer_relevance import LayerRelevanceConfig
 from vlbind.interp.probes import ProbeConfig
 from vlbind.model import ModelConfig
+from vlbind.outcomes import DivergenceRule
 from vlbind.qwen.binding import BindingConfig
 from vlbind.qwen.probes import QwenProbeConfig
 from vlbind.qwen.prompts import Chat, PromptConfig
+from vlbind.qwen.retrieval import Generation
 from vlbind.render import RenderConfig
 from vlbind.tasks import StageSpec
 from vlbind.train import TrainConfig
@@ -28,7 +30,8 @@ SECTIONS = {TrainConfig: PAPER["train"], EvalConfig: PAPER["evaluate"], ProbeCon
             LayerRelevanceConfig: PAPER["interp"]["layer_relevance"], CircuitRule: PAPER["interp"]["circuits"],
             ModelConfig: PAPER["model"], RenderConfig: PAPER["render"], PromptConfig: PAPER["qwen"]["prompts"],
             Chat: PAPER["qwen"]["chat"], BindingConfig: PAPER["qwen"]["binding"],
-            QwenProbeConfig: PAPER["qwen"]["probes"]}
+            QwenProbeConfig: PAPER["qwen"]["probes"], DivergenceRule: PAPER["divergence"],
+            Generation: PAPER["qwen"]["generation"]}
 # A config value of another kind than the field's: the config holds what the field is resolved from.
 RESOLVED = {(TrainConfig, "precision")}  # a per-device mapping -> the precision of the device a job runs on
 
@@ -52,12 +55,19 @@ def test_dataclass_defaults_equal_the_paper_config(cls):
 
 
 @pytest.mark.parametrize("definition, cls", [("train", TrainConfig), ("task", StageSpec)])
-def test_schema_defaults_equal_the_dataclass_and_the_paper_config(definition, cls):
+def test_an_optional_setting_has_its_one_default_in_the_schema_and_config_yaml_records_it(definition, cls):
+    """The settings a config may leave out take their dataclass default from the schema (one home); config.yaml
+    writes each down with its provenance, and must say the same. Left out of a stage, one holds that default."""
     defaults = {f.name: f.default for f in dataclasses.fields(cls)}
-    for key, value in vlconfig.schema_defaults(definition).items():
-        assert defaults[key] == value, f"{definition}.{key}: schema {value!r} vs {cls.__name__} {defaults[key]!r}"
+    optional = vlconfig.schema_defaults(definition)
+    assert optional and {k: defaults[k] for k in optional} == optional
+    for key, value in optional.items():
         if definition == "train":
             assert PAPER["train"][key] == value, key
+    given = PAPER["stages"]["text_s3"]["task"] if definition == "task" else PAPER["train"]
+    section = {k: v for k, v in given.items() if k not in optional}
+    built = StageSpec.from_dict(section) if definition == "task" else TrainConfig.from_section(section, 0, "fp32")
+    assert {k: getattr(built, k) for k in optional} == optional
 
 
 def test_a_config_without_a_section_the_rules_read_names_it():

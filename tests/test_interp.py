@@ -472,6 +472,7 @@ def test_every_analysis_runs_on_the_order_it_is_given(model, analysis, monkeypat
     import vlbind.interp.interchange as interchange_module
     import vlbind.interp.prompts as prompts_module
     from vlbind.interp import analyze
+    from vlbind.interp import settings as interp_settings
 
     seen = []
     for module in (prompts_module, interchange_module):
@@ -481,16 +482,17 @@ def test_every_analysis_runs_on_the_order_it_is_given(model, analysis, monkeypat
     settings = {"interchange": {"pairs": 8, "seed": 1}, "knockout": {"prompts": 8, "seed": 1},
                 "probes": {"train_prompts": 16, "test_prompts": 8, "ridge": 1.0, "seed": 1},
                 "layer_relevance": {"prompts": 8, "seed": 1}}[analysis]
-    analyze(analysis, model, settings, "cpu", order="fixed", precision="fp32")
+    analyze(analysis, model, interp_settings(analysis, settings), "cpu", order="fixed", precision="fp32")
     assert seen and not any(seen)
     seen.clear()
-    analyze(analysis, model, settings, "cpu", order="shuffled", precision="fp32")
+    analyze(analysis, model, interp_settings(analysis, settings), "cpu", order="shuffled", precision="fp32")
     assert seen and all(seen)
 
 
 @pytest.mark.parametrize("analysis", ["interchange", "knockout", "probes", "layer_relevance"])
 def test_every_analysis_runs_in_the_precision_it_is_given(model, analysis):
     from vlbind.interp import analyze
+    from vlbind.interp import settings as interp_settings
 
     settings = {"interchange": {"pairs": 8, "seed": 1}, "knockout": {"prompts": 8, "seed": 1},
                 "probes": {"train_prompts": 16, "test_prompts": 8, "ridge": 1.0, "seed": 1},
@@ -500,22 +502,26 @@ def test_every_analysis_runs_in_the_precision_it_is_given(model, analysis):
         seen = set()
         with model.hooks([(f"blocks.{i}.hook_mlp_out", lambda x, name, seen=seen: seen.add(x.dtype))
                           for i in range(model.cfg.n_layers)]):
-            tables[precision], _ = analyze(analysis, model, settings, "cpu", order="fixed", precision=precision)
+            tables[precision], _ = analyze(analysis, model, interp_settings(analysis, settings), "cpu", order="fixed",
+                                           precision=precision)
         assert seen == {dtype}
     fp32, bf16 = tables["fp32"], tables["bf16"]
     assert list(fp32.columns) == list(bf16.columns) and len(fp32) == len(bf16)
 
 
-def test_the_registry_names_each_analysis_module_and_figures_that_exist():
+def test_the_registry_names_each_analysis_module_its_settings_and_figures_that_exist():
     import importlib
 
     from vlbind import figures
-    from vlbind.interp import ANALYSES, analyze, runner
+    from vlbind.interp import ANALYSES, analyze, settings
 
     for analysis, figs in ANALYSES.items():
-        assert runner(analysis) is importlib.import_module(f"vlbind.interp.{analysis}").run
+        module = importlib.import_module(f"vlbind.interp.{analysis}")
+        assert callable(module.run) and isinstance(settings(analysis, {}), module.SETTINGS)
         assert figs and all(f in figures.FIGURES for f in figs)
     drawn = {f for figs in ANALYSES.values() for f in figs}
     assert set(figures.FIGURES) - drawn == {"fig3", "fig8"}  # drawn from the evaluation tables
     with pytest.raises(ValueError, match="valid"):
         analyze("patching", None, {}, "cpu", "fixed", "fp32")
+    with pytest.raises(ValueError, match="pairz"):
+        settings("interchange", {"pairz": 8})

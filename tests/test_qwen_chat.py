@@ -9,7 +9,7 @@ import pytest
 from vlbind.qwen.binding import BindingConfig, interchange, make_pairs, table1, their_chat
 from vlbind.qwen.probes import QwenProbeConfig, probe_table
 from vlbind.qwen.prompts import Chat, PromptConfig, prompts
-from vlbind.qwen.retrieval import evaluate
+from vlbind.qwen.retrieval import Generation, evaluate
 from vlbind.qwen.tiny import tiny
 
 NO_THINKING = "<|im_start|>assistant\n<think>\n\n</think>\n\n"
@@ -26,7 +26,7 @@ def rendered_by_every_analysis(chat: Chat) -> dict:
     tok.apply_chat_template = recording
     out = {}
     evaluate(model, tok, prompts(PromptConfig(context_lengths=(2,), contexts_per_length=1), "indirect"), chat=chat,
-             max_new_tokens=1, greedy=True)
+             generation=Generation(max_new_tokens=1, greedy=True))
     out["retrieval"], seen[:] = list(seen), []
     interchange(model, tok, make_pairs(4, 1, seed=0), chat)
     out["binding"], seen[:] = list(seen), []

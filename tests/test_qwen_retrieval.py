@@ -9,7 +9,7 @@ import torch
 from test_qwen_prompts import parse
 
 from vlbind.qwen.prompts import Chat, PromptConfig, prompts
-from vlbind.qwen.retrieval import evaluate
+from vlbind.qwen.retrieval import Generation, evaluate
 from vlbind.qwen.tiny import tiny, tiny_tokenizer
 from vlbind.qwen.words import CITIES
 
@@ -40,7 +40,7 @@ class Scripted:
 def test_scripted_models_score_one_and_zero(task, right):
     tok = tiny_tokenizer()
     table = evaluate(Scripted(tok, right), tok, prompts(CFG, task), chat=Chat(),
-                     max_new_tokens=8, batch_size=3)
+                     generation=Generation(max_new_tokens=8, batch_size=3))
     assert len(table) == 2 * (2 + 5) and (table["correct"] == right).all()
     assert table["output"].str.contains("<think>").all()  # the think block reached scoring, and was skipped
 
@@ -48,8 +48,8 @@ def test_scripted_models_score_one_and_zero(task, right):
 def test_a_tiny_qwen_model_runs_end_to_end_and_greedy_is_deterministic():
     model, tok = tiny("qwen3_vl")
     ps = prompts(CFG, "indirect")[:5]
-    a = evaluate(model, tok, ps, chat=Chat(), max_new_tokens=3, greedy=True, batch_size=2)
-    b = evaluate(model, tok, ps, chat=Chat(), max_new_tokens=3, greedy=True, batch_size=5)
+    a = evaluate(model, tok, ps, chat=Chat(), generation=Generation(max_new_tokens=3, greedy=True, batch_size=2))
+    b = evaluate(model, tok, ps, chat=Chat(), generation=Generation(max_new_tokens=3, greedy=True, batch_size=5))
     assert list(a.columns) == ["task", "n_pairs", "context", "query_position", "answer", "output", "correct"]
     pd.testing.assert_frame_equal(a, b)  # left padding: the batch a prompt shares changes nothing
     assert (a["answer"] == [p.answer for p in ps]).all()

@@ -551,9 +551,9 @@ def test_a_runs_verdicts_come_from_its_lineage_and_its_first_order():
     """with_verdicts, evaluate's columns: a stage whose best validation stayed at chance marks the run diverged
     (a ramped stage counts its lengths' steps as trained even when its own length took none), as does a length of
     its ramp that ended on non-finite steps; convergence is read on the first order only."""
-    from vlbind.outcomes import with_verdicts
+    from vlbind.outcomes import DivergenceRule, with_verdicts
 
-    rule = {"collapse_drop": 0.5, "stall_margin": 0.05, "min_in_distribution": 0.95}
+    rule = DivergenceRule(min_in_distribution=0.95)
     curve = pd.DataFrame({"step": [250], "val_accuracy": [0.27], "finite": [True]})
     table = pd.concat([eval_table("text_only", "seed0", 0.99, 0.3).assign(order="fixed"),
                        eval_table("text_only", "seed0", 0.5, 0.3).assign(order="shuffled")])

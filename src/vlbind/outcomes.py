@@ -5,11 +5,23 @@ Tables over many runs: vlbind.tables.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import pandas as pd
 
 from .settings import NON_FINITE
 
 STALLED = "stalled at chance"  # how divergence names a stage whose best validation stayed near chance
+
+
+@dataclass(frozen=True)
+class DivergenceRule:
+    """Which runs are marked and left out of means (config key `divergence`): a stage whose last validation lies
+    `collapse_drop` below its best, or whose best stays within `stall_margin` of chance (None: off), diverged; a run
+    whose mean in-distribution accuracy lies below `min_in_distribution` (None: off, the paper's) did not converge."""
+    collapse_drop: float = 0.5
+    stall_margin: float | None = 0.05
+    min_in_distribution: float | None = None
 
 
 def divergence(curves: dict[str, pd.DataFrame], collapse_drop: float, metas: dict[str, dict] | None = None,
@@ -57,13 +69,13 @@ def convergence(table: pd.DataFrame, min_in_distribution: float | None) -> str |
     return None
 
 
-def with_verdicts(table: pd.DataFrame, curves: dict[str, pd.DataFrame], metas: dict[str, dict], rule: dict,
-                  first_order: str) -> pd.DataFrame:
+def with_verdicts(table: pd.DataFrame, curves: dict[str, pd.DataFrame], metas: dict[str, dict],
+                  rule: DivergenceRule, first_order: str) -> pd.DataFrame:
     """One run's evaluation `table` with its verdicts: `diverged` and why (`divergence`, from the training
     `curves` and `metas` of its lineage, in training order) and `converged` and why not (`convergence`, on the
-    `first_order` evaluated); `rule` is the config's `divergence` section."""
-    why = divergence(curves, rule["collapse_drop"], metas, rule["stall_margin"])
-    shortfall = convergence(table[table["order"] == first_order], rule["min_in_distribution"])
+    `first_order` evaluated)."""
+    why = divergence(curves, rule.collapse_drop, metas, rule.stall_margin)
+    shortfall = convergence(table[table["order"] == first_order], rule.min_in_distribution)
     return table.assign(diverged=why is not None, divergence=why or "", converged=shortfall is None,
                         convergence=shortfall or "")
 

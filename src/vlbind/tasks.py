@@ -40,6 +40,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from .config import schema_defaults
 from .settings import from_dict
 from .vocab import VOCAB, Vocab
 
@@ -69,6 +70,10 @@ BY_COLOR, BY_SHAPE = 0, 1
 TEXT, IMAGE = 0, 1  # modality of a prompt's context
 
 
+# The task settings a config may leave out: their one default is the schema's (config.schema_defaults).
+_OPTIONAL = schema_defaults("task")
+
+
 @dataclass(frozen=True)
 class StageSpec:
     """The prompt distribution of one training stage (appendix D.3-D.5).
@@ -88,8 +93,9 @@ class StageSpec:
     noise_fraction: float = 1.0  # share of prompts that carry noise when noise_tokens > 0
     image_fraction: float = 0.0  # share of prompts whose context is images (D.6: 1.0, D.7 mixed: 0.2)
     # practice prompts (module doc; not in the paper; text only): shares of the retrieval prompts
-    lookup_fraction: float = 0.0  # one-hop lookups (query an association key, answer its item)
-    solo_fraction: float = 0.0  # of those left, retrieval with the queried object alone in the context
+    lookup_fraction: float = _OPTIONAL["lookup_fraction"]  # one-hop lookups (query an association key, answer its item)
+    # of those left, retrieval with the queried object alone in the context
+    solo_fraction: float = _OPTIONAL["solo_fraction"]
 
     def __post_init__(self) -> None:
         limits = {"n_colors": VOCAB.n_colors, "n_shapes": VOCAB.n_shapes, "n_items": VOCAB.n_items}

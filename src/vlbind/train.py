@@ -59,6 +59,7 @@ from .checkpoint import (
     save_model,
     save_tensors,
 )
+from .config import schema_defaults
 from .files import CorruptFileError, read_json, write_json
 from .inference import accuracy, answer_logits
 from .model import Transformer
@@ -70,6 +71,11 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 RESUME_FILE = "resume.safetensors"
+
+
+# The settings a config may leave out (not in the paper, or off there): their one default is the schema's
+# (config.schema_defaults), which also keeps them out of a stage's params while they hold it.
+_OPTIONAL = schema_defaults("train")
 
 
 @dataclass(frozen=True)
@@ -84,19 +90,25 @@ class TrainConfig:
     target_accuracy: float | None = None  # None: train until plateau or max_steps
     patience: int = 10
     min_delta: float = 0.001
-    plateau_above_chance: float = 0.0  # > 0 (not in the paper): the plateau rule waits until the best validation
-    # exceeds chance by this much, so a stage never stops in the chance phase that precedes learning; 0: it never waits
+    # > 0 (not in the paper): the plateau rule waits until the best validation exceeds chance by this much, so a
+    # stage never stops in the chance phase that precedes learning; 0: it never waits
+    plateau_above_chance: float = _OPTIONAL["plateau_above_chance"]
     max_steps: int = 200_000
-    max_skipped_steps: int = 10  # a stage that skips more steps (a non-finite loss or gradient) ends (module doc)
+    # a stage that skips more steps (a non-finite loss or gradient) ends (module doc)
+    max_skipped_steps: int = _OPTIONAL["max_skipped_steps"]
     checkpoint_every: int = 2000  # rounded up to a multiple of eval_every
     precision: str = "fp32"  # "fp32" or "bf16" (autocast)
-    compile: bool = False  # the training step's forward through torch.compile (CUDA: CUDA graphs); off: eager
-    queries: str = "all"  # training prompts: "all" objects queried (pack_queries; config.yaml's [changed]) or "one"
-    # query each (the paper's, which did not leave chance at text_s1: config.yaml)
-    binding_loss: float = 0.0  # weight of the binding loss (module doc); 0: off (paper)
-    keep: str = "best"  # weights kept: "best" validation (paper) or "last" step (module doc)
-    ramp: bool = False  # a length ramp (not in the paper; train_ramped): min_objects alone first, one more at a time
-    val_images: float = 0.25  # share of the image bank's renderings held out from training for validation
+    # the training step's forward through torch.compile (CUDA: CUDA graphs); off: eager
+    compile: bool = _OPTIONAL["compile"]
+    # training prompts: "all" objects queried (pack_queries; config.yaml's [changed]) or "one" query each (the
+    # paper's, which did not leave chance at text_s1: config.yaml)
+    queries: str = _OPTIONAL["queries"]
+    binding_loss: float = _OPTIONAL["binding_loss"]  # weight of the binding loss (module doc); 0: off (paper)
+    keep: str = _OPTIONAL["keep"]  # weights kept: "best" validation (paper) or "last" step (module doc)
+    # a length ramp (not in the paper; train_ramped): min_objects alone first, one more at a time
+    ramp: bool = _OPTIONAL["ramp"]
+    # share of the image bank's renderings held out from training for validation
+    val_images: float = _OPTIONAL["val_images"]
     seed: int = 0
 
     def __post_init__(self) -> None:
@@ -234,7 +246,7 @@ def settings_key(stage: str, spec: StageSpec, cfg: TrainConfig, model: Transform
 def train_stage(model: Transformer, spec: StageSpec, cfg: TrainConfig, out_dir: Path, *, stage: str,
                 device="cpu", parent: str | None = None, bank: ImageBank | None = None,
                 start: tuple[StageSpec, int] | None = None, callback: Callable[[int], None] | None = None,
-                optimizer: torch.optim.Optimizer | None = None) -> dict:
+                optimizer: torch.optim.Optimizer | None = None, record: dict | None = None) -> dict:
     """Train `model` in place on prompts from `spec` (image contexts read from `bank`); write the stage's
     model directory; return its meta. `start` = (spec, steps), not in the paper: the first `steps` training
     batches come from that spec instead (validation always from `spec`). Batches are drawn in the loop: a
@@ -246,10 +258,11 @@ def train_stage(model: Transformer, spec: StageSpec, cfg: TrainConfig, out_dir: 
     `callback(step)` runs after every optimizer step (tests use it to simulate a kill or inject a NaN).
     `optimizer` (not in the paper; default a fresh AdamW, make_optimizer): one over `model`'s parameters whose state
     carries over from the parent stage; its learning rate follows `cfg` (warm-up included) from this stage's step 1.
+    `record`: entries the meta adds or replaces (train_ramped: the ramp's lengths and the whole stage's settings).
 
     In three parts: where the stage stands (`_Progress`: fresh, or resumed from a saved state made with the same
-    settings), the loop of steps with a validation and the stop rule (`_Progress.validate`) every `eval_every`,
-    and the stage's files (`_finish`).
+    settings), the loop of steps (`_step`) with a validation and the stop rule (`_Progress.validate`) every
+    `eval_every`, and the stage's files (`_finish`).
     """
     out_dir = Path(out_dir)
     model.to(device).train()
@@ -264,25 +277,16 @@ def train_stage(model: Transformer, spec: StageSpec, cfg: TrainConfig, out_dir: 
         bank, val_bank = bank.split(cfg.val_images)
     val = validation_set(spec, cfg, bank=val_bank)
     val_chance = chance(val)
-
-    def draw(done: int) -> Batch:
-        batch = generate(start_spec if done < start_steps else spec, cfg.batch_size, rng, bank=bank)
-        return pack_queries(batch) if cfg.queries == "all" else batch
-
     net = compiled(model, device) if cfg.compile else model  # validation stays eager: its shapes differ
     t0, t_last, step_last, losses, skips, reason = time.time(), time.time(), progress.step, [], [], "max_steps"
     while progress.step < cfg.max_steps:
-        batch = draw(progress.step)
-        loss = training_loss(net, batch, cfg, device, bank)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)  # stays on the device
+        batch = generate(start_spec if progress.step < start_steps else spec, cfg.batch_size, rng, bank=bank)
+        batch = pack_queries(batch) if cfg.queries == "all" else batch
         progress.step += 1
         step = progress.step
-        for g in opt.param_groups:
-            g["lr"] = lr_at(step, cfg)
-        skips.append(optimizer_step(opt, loss, grad_norm))
-        losses.append(loss.detach())
+        loss, grad_norm, skipped = _step(net, model, opt, batch, cfg, step, device, bank)
+        losses.append(loss)
+        skips.append(skipped)
         if callback is not None:
             callback(step)
         if step % cfg.eval_every and step != cfg.max_steps:
@@ -294,10 +298,7 @@ def train_stage(model: Transformer, spec: StageSpec, cfg: TrainConfig, out_dir: 
         stop = progress.validate(model, acc, torch.stack(losses), torch.stack(skips), grad_norm, rate, cfg,
                                  val_chance)
         losses, skips = [], []
-        log.info("%s step %d/%d objects %d..%d loss %.4f val_acc %.4f best %.4f@%d skipped %d | %.1f steps/s, "
-                 "%.0f tok/s, ETA to cap %s", stage, step, cfg.max_steps, spec.min_objects, spec.max_objects,
-                 progress.history[-1]["train_loss"], acc, progress.best_acc, progress.best_step, progress.skipped, rate,
-                 rate * cfg.batch_size * batch.tokens.shape[1], _eta((cfg.max_steps - step) / max(rate, 1e-9)))
+        _log_validation(stage, spec, cfg, progress, rate, batch)
         if stop is not None:
             reason = stop
             break
@@ -311,9 +312,31 @@ def train_stage(model: Transformer, spec: StageSpec, cfg: TrainConfig, out_dir: 
             "start": None if start is None else {"stage_spec": start_spec.to_dict(), "steps": start_steps},
             "model_config": model.cfg.to_dict()}
     how = {"stopped_because": reason, "val_chance": val_chance, "skipped_steps": progress.skipped,
-           "resumed": progress.resumed,
-           "wall_seconds": progress.wall_before + time.time() - t0, "vlbind_version": __version__}
-    return _finish(model, progress, cfg, what, how, out_dir)
+           "resumed": progress.resumed, "wall_seconds": progress.wall_before + time.time() - t0,
+           "vlbind_version": __version__}
+    return _finish(model, progress, cfg, what, how | (record or {}), out_dir)
+
+
+def _step(net, model: Transformer, opt, batch: Batch, cfg: TrainConfig, step: int, device, bank):
+    """One optimizer step (the `step`-th) on `batch`: the loss through `net` (the model, or its compiled forward),
+    gradients clipped, the learning rate of `step`, non-finite steps skipped (optimizer_step). Returns the loss,
+    the gradient norm and whether the step was skipped, all left on the device."""
+    loss = training_loss(net, batch, cfg, device, bank)
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
+    for g in opt.param_groups:
+        g["lr"] = lr_at(step, cfg)
+    return loss.detach(), grad_norm, optimizer_step(opt, loss, grad_norm)
+
+
+def _log_validation(stage: str, spec: StageSpec, cfg: TrainConfig, progress: _Progress, rate: float,
+                    batch: Batch) -> None:
+    h = progress.history[-1]
+    log.info("%s step %d/%d objects %d..%d loss %.4f val_acc %.4f best %.4f@%d skipped %d | %.1f steps/s, "
+             "%.0f tok/s, ETA to cap %s", stage, h["step"], cfg.max_steps, spec.min_objects, spec.max_objects,
+             h["train_loss"], h["val_accuracy"], progress.best_acc, progress.best_step, progress.skipped, rate,
+             rate * cfg.batch_size * batch.tokens.shape[1], _eta((cfg.max_steps - h["step"]) / max(rate, 1e-9)))
 
 
 RAMP_DIR = "ramp"  # a ramped stage's shorter lengths, each a stage directory of its own, n{max_objects}
@@ -360,11 +383,9 @@ def train_ramped(model: Transformer, spec: StageSpec, cfg: TrainConfig, out_dir:
         if meta["stopped_because"] == NON_FINITE:
             break
     ramp_steps = sum(x["steps"] for x in lengths)
-    meta = train_stage(model, spec, replace(cfg, max_steps=max(cfg.max_steps - ramp_steps, 0)), out_dir,
-                       stage=stage, **kwargs)
-    meta = {**meta, "train_config": asdict(cfg), "ramp": lengths, "ramp_steps": ramp_steps}
-    write_json(out_dir / META_FILE, meta)
-    return meta
+    return train_stage(model, spec, replace(cfg, max_steps=max(cfg.max_steps - ramp_steps, 0)), out_dir,
+                       stage=stage, record={"train_config": asdict(cfg), "ramp": lengths, "ramp_steps": ramp_steps},
+                       **kwargs)
 
 
 @dataclass

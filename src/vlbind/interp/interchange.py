@@ -40,7 +40,6 @@ import torch
 from ..inference import answer_logits, model_inputs
 from ..mechanisms import SCRATCH_LABELS
 from ..model import Transformer, hook_name, resid_name
-from ..settings import from_dict
 from ..tasks import BY_COLOR, RETRIEVAL, Batch, StageSpec, assemble, generate, in_batches, in_order
 
 LABELS = SCRATCH_LABELS  # vlbind.mechanisms: the vocabulary circuits.csv and table1.csv share
@@ -202,8 +201,10 @@ def sweep(model: Transformer, n_pairs: int, seed: int, batch_size: int = 128, de
     return pd.DataFrame(rows), {"generated": generated, "kept": kept, "dropped": generated - kept}
 
 
-def run(model: Transformer, settings: dict, device: str, order: str) -> tuple[pd.DataFrame, dict]:
-    """The analysis as the DAG runs it (interp.analyze): settings = config key interp.interchange."""
-    cfg = from_dict(InterchangeConfig, settings)
+SETTINGS = InterchangeConfig  # its config section, interp.interchange (vlbind.interp.settings)
+
+
+def run(model: Transformer, cfg: InterchangeConfig, device: str, order: str) -> tuple[pd.DataFrame, dict]:
+    """The analysis as the DAG runs it (interp.analyze), with its settings (config key interp.interchange)."""
     table, info = sweep(model, cfg.pairs, cfg.seed, device=device, order=order)
     return table, {"pairs_generated": info["generated"], "pairs_kept": info["kept"]}

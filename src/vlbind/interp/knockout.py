@@ -23,7 +23,6 @@ import torch
 
 from ..inference import accuracy, count_correct
 from ..model import Transformer, hook_name, knockout_hook
-from ..settings import from_dict
 from ..tasks import Batch
 from .prompts import ROLES, analysis_prompts, slot_of_positions
 
@@ -86,7 +85,9 @@ def knockout_table(model: Transformer, n_prompts: int, seed: int, device="cpu",
     return pd.DataFrame(rows)
 
 
-def run(model: Transformer, settings: dict, device: str, order: str) -> tuple[pd.DataFrame, dict]:
-    """The analysis as the DAG runs it (interp.analyze): settings = config key interp.knockout."""
-    cfg = from_dict(KnockoutConfig, settings)
+SETTINGS = KnockoutConfig  # its config section, interp.knockout (vlbind.interp.settings)
+
+
+def run(model: Transformer, cfg: KnockoutConfig, device: str, order: str) -> tuple[pd.DataFrame, dict]:
+    """The analysis as the DAG runs it (interp.analyze), with its settings (config key interp.knockout)."""
     return knockout_table(model, cfg.prompts, cfg.seed, device, order=order), {}

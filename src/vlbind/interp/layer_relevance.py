@@ -15,7 +15,6 @@ import torch.nn.functional as F
 
 from ..inference import accuracy, model_inputs
 from ..model import Transformer, hook_name, skip_block_hooks
-from ..settings import from_dict
 from ..tasks import Batch, Role
 from .prompts import analysis_prompts
 
@@ -73,8 +72,10 @@ def spearman(a: pd.Series, b: pd.Series) -> float:
     return float(a.rank().corr(b.rank()))
 
 
-def run(model: Transformer, settings: dict, device: str, order: str) -> tuple[pd.DataFrame, dict]:
-    """The analysis as the DAG runs it (interp.analyze): settings = config key interp.layer_relevance."""
-    cfg = from_dict(LayerRelevanceConfig, settings)
+SETTINGS = LayerRelevanceConfig  # its config section, interp.layer_relevance (vlbind.interp.settings)
+
+
+def run(model: Transformer, cfg: LayerRelevanceConfig, device: str, order: str) -> tuple[pd.DataFrame, dict]:
+    """The analysis as the DAG runs it (interp.analyze), with its settings (config key interp.layer_relevance)."""
     table, rho = layer_relevance_table(model, cfg.prompts, cfg.seed, device, order=order)
     return table, {"spearman_cosine_drop": rho}

@@ -21,7 +21,6 @@ import torch
 
 from ..inference import model_inputs
 from ..model import Transformer, resid_name
-from ..settings import from_dict
 from ..tasks import Batch
 from .prompts import ROLES, analysis_prompts, slot_of_positions
 
@@ -107,6 +106,9 @@ def probe_table(model: Transformer, cfg: ProbeConfig = ProbeConfig(), device="cp
     return pd.DataFrame(rows)
 
 
-def run(model: Transformer, settings: dict, device: str, order: str) -> tuple[pd.DataFrame, dict]:
-    """The analysis as the DAG runs it (interp.analyze): settings = config key interp.probes (ProbeConfig)."""
-    return probe_table(model, from_dict(ProbeConfig, settings), device, order=order), {}
+SETTINGS = ProbeConfig  # its config section, interp.probes (vlbind.interp.settings)
+
+
+def run(model: Transformer, cfg: ProbeConfig, device: str, order: str) -> tuple[pd.DataFrame, dict]:
+    """The analysis as the DAG runs it (interp.analyze), with its settings (config key interp.probes)."""
+    return probe_table(model, cfg, device, order=order), {}

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import time
+from dataclasses import dataclass
 
 import pandas as pd
 import torch
@@ -18,18 +19,28 @@ from .prompts import Chat, RetrievalPrompt, is_correct
 log = logging.getLogger(__name__)
 
 
+@dataclass(frozen=True)
+class Generation:
+    """How answers are generated (config key qwen.generation): at most `max_new_tokens`, greedy or with the model's
+    own settings (sampling where it samples, seeded by `seed`), `batch_size` prompts at a time."""
+    greedy: bool = False
+    max_new_tokens: int = 64
+    batch_size: int = 8
+    seed: int = 0
+
+
 @torch.no_grad()
-def evaluate(model, tokenizer, prompts: list[RetrievalPrompt], *, chat: Chat, max_new_tokens: int,
-             greedy: bool = False, seed: int = 0, batch_size: int = 8, device: str = "cpu") -> pd.DataFrame:
+def evaluate(model, tokenizer, prompts: list[RetrievalPrompt], *, chat: Chat, generation: Generation = Generation(),
+             device: str = "cpu") -> pd.DataFrame:
     """One row per prompt: task, n_pairs, context, query_position, answer, output, correct."""
-    torch.manual_seed(seed)
+    torch.manual_seed(generation.seed)
     tokenizer.padding_side = "left"
-    settings = {"max_new_tokens": max_new_tokens, "pad_token_id": tokenizer.pad_token_id}
-    if greedy:
+    settings = {"max_new_tokens": generation.max_new_tokens, "pad_token_id": tokenizer.pad_token_id}
+    if generation.greedy:
         settings.update(do_sample=False, temperature=None, top_p=None, top_k=None)
     rows, t0 = [], time.time()
-    for start in range(0, len(prompts), batch_size):
-        chunk = prompts[start:start + batch_size]
+    for start in range(0, len(prompts), generation.batch_size):
+        chunk = prompts[start:start + generation.batch_size]
         texts = [chat.render(tokenizer, p.text) for p in chunk]
         enc = tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=False).to(device)
         out = model.generate(**enc, **settings)
