@@ -99,17 +99,20 @@ def imports_torch_at_load(path: Path) -> bool:
     return False
 
 
-@pytest.mark.parametrize("module", ["settings", "stages", "config", "captions", "outcomes", "tables", "claims",
-                                    "mechanisms", "figures", "tasks", "vocab", "files"])
+@pytest.mark.parametrize("module", ["settings", "stages", "schema", "config", "captions", "outcomes", "tables",
+                                    "claims", "mechanisms", "figures", "tasks", "vocab", "files"])
 def test_the_modules_the_doc_calls_torch_free_import_no_torch(module):
     assert not imports_torch_at_load(ROOT / f"src/vlbind/{module}.py")
     assert not imports_torch_at_load(ROOT / "src/vlbind/interp/__init__.py")
 
 
+MODEL_CALL = r"load_model\(|jobs\.for_job\(|Transformer\(|load_encoder\(|build_encoder\(|pretrain\(|extract\("
+
+
 def test_every_adapter_that_runs_a_model_calls_job_device_first():
     for script in sorted((ROOT / "scripts").glob("*.py")):
         text = script.read_text()
-        runs_model = re.search(r"load_model\(|jobs\.for_job\(|Transformer\(|load_encoder\(|build_encoder\(|pretrain\(", text)
+        runs_model = re.search(MODEL_CALL, text)
         if not runs_model:
             continue
         assert "job_device(" in text, f"{script.name} runs a model without device.job_device"

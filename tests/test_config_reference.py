@@ -8,6 +8,7 @@ import pytest
 import yaml
 
 from vlbind import config as vlconfig
+from vlbind import schema as vlschema
 
 ROOT = Path(__file__).resolve().parents[1]
 SOURCES = {"[paper]", "[assumption]", "[changed]", "[ours]", "[tool]"}
@@ -16,7 +17,7 @@ SOURCES = {"[paper]", "[assumption]", "[changed]", "[ours]", "[tool]"}
 def schema_keys() -> list[str]:
     """Every leaf key of the schema; the per-stage `task` and `train` sections are listed once, as task.* and
     train.*; mappings of named entries (encoders, Qwen models) as <name>."""
-    schema = vlconfig._schema()
+    schema = vlschema.schema()
     keys = []
 
     def walk(node, path):
@@ -73,7 +74,7 @@ def test_no_schema_entry_lost_part_of_its_text_to_a_comma():
                     stray.append(".".join([*path, str(k)]))
                 walk(v, [*path, str(k)])
 
-    walk(vlconfig._schema(), [])
+    walk(vlschema.schema(), [])
     assert not stray
 
 

@@ -8,6 +8,7 @@ import pytest
 from test_config_reference import ROOT
 
 from vlbind import config as vlconfig
+from vlbind import schema as vlschema
 from vlbind.evaluate import EvalConfig
 from vlbind.interp.circuits import CircuitRule
 from vlbind.interp.interchange import InterchangeConfig
@@ -59,7 +60,7 @@ def test_an_optional_setting_has_its_one_default_in_the_schema_and_config_yaml_r
     """The settings a config may leave out take their dataclass default from the schema (one home); config.yaml
     writes each down with its provenance, and must say the same. Left out of a stage, one holds that default."""
     defaults = {f.name: f.default for f in dataclasses.fields(cls)}
-    optional = vlconfig.schema_defaults(definition)
+    optional = vlschema.schema_defaults(definition)
     assert optional and {k: defaults[k] for k in optional} == optional
     for key, value in optional.items():
         if definition == "train":

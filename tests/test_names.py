@@ -9,12 +9,13 @@ import pytest
 
 from vlbind import claims, stages, tables
 from vlbind import config as vlconfig
+from vlbind import schema as vlschema
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_the_schema_and_the_tables_read_their_names_from_vlbind_stages():
-    schema = vlconfig._schema()
+    schema = vlschema.schema()
     assert schema["definitions"]["variant"]["enum"] == list(stages.VARIANT_STAGE) == tables.VARIANT_ORDER
     sections = schema["properties"]["stages"]["properties"]
     assert set(sections) == set(stages.STAGE_PARENTS) - set(stages.CURRICULUM)

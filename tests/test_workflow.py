@@ -17,6 +17,7 @@ import yaml
 
 from vlbind import captions as vlcaptions
 from vlbind import config as vlconfig
+from vlbind import schema as vlschema
 from vlbind import stages as vlstages
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -418,14 +419,14 @@ def test_settings_at_their_schema_default_are_left_out_of_stage_params():
 
     for definition, cls in (("task", StageSpec), ("train", TrainConfig)):
         code = {f.name: f.default for f in dataclasses.fields(cls)}
-        defaults = vlconfig.schema_defaults(definition)
+        defaults = vlschema.schema_defaults(definition)
         assert all(code[k] == v for k, v in defaults.items()), definition
-    assert vlconfig.schema_defaults("train")
+    assert vlschema.schema_defaults("train")
     paper = yaml.safe_load((ROOT / "config/config.yaml").read_text())
-    assert all(paper["train"][k] == v for k, v in vlconfig.schema_defaults("train").items())
+    assert all(paper["train"][k] == v for k, v in vlschema.schema_defaults("train").items())
 
     config = vlconfig.load([ROOT / "config/config.yaml", ROOT / "config/mini.yaml"])
-    defaults = vlconfig.schema_defaults("train")
+    defaults = vlschema.schema_defaults("train")
     older = {**config, "train": {k: v for k, v in config["train"].items() if k not in defaults or v != defaults[k]}}
     for stage in vlstages.TEXT_STAGES:
         assert vlconfig.stage_params(older, stage) == vlconfig.stage_params(config, stage), stage

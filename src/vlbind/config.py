@@ -11,10 +11,9 @@ from pathlib import Path
 
 import yaml
 
+from .schema import schema, schema_defaults
 from .settings import ConfigError  # defined on the bottom floor so every module can raise it
 from .stages import CONTROLS, CURRICULUM, STAGE_PARENTS, VARIANT_STAGE, VISION_STAGES
-
-SCHEMA_PATH = Path(__file__).with_name("config.schema.yaml")
 
 # Keys that were renamed: dotted old path -> the new key (`*` = any name, the same in both). A config holding an
 # old key fails naming the new one, not with the schema's "additional properties" message.
@@ -63,8 +62,8 @@ def validate(config: dict) -> dict:
         if stage in config.get("stages", {}):
             raise _error(f"stages.{stage}", f"the curriculum control copies stages.{image_stage} with every context "
                          f"in text (vlbind.stages.CURRICULUM); set stages.{image_stage} instead")
-    schema = _schema()
-    errors = sorted(jsonschema.Draft7Validator(schema).iter_errors(config), key=lambda e: list(e.absolute_path))
+    parsed = schema()
+    errors = sorted(jsonschema.Draft7Validator(parsed).iter_errors(config), key=lambda e: list(e.absolute_path))
     if errors:
         e = errors[0]
         where = ".".join(str(p) for p in e.absolute_path) or "<top level>"
@@ -265,27 +264,6 @@ def stage_params(config: dict, stage: str, encoder: str | None = None) -> dict:
     if uses_images(config, stage):
         params["encoder"] = encoder_spec(config, encoder)
     return canonical(params)
-
-
-@functools.cache
-def _schema() -> dict:
-    """The parsed schema, read once per process: stage_params runs for every training job at DAG build.
-    Shared, so read it, never change it. The names come from vlbind.stages, their one declaration: the variants'
-    enum (VARIANT_STAGE) and a section per stage (STAGE_PARENTS; a control_stage for CONTROLS, none for the
-    curriculum control's, which copy their image stage's)."""
-    schema = yaml.safe_load(SCHEMA_PATH.read_text())
-    schema["definitions"]["variant"]["enum"] = list(VARIANT_STAGE)
-    schema["properties"]["stages"]["properties"] = {
-        s: {"$ref": "#/definitions/control_stage" if s in CONTROLS else "#/definitions/stage"}
-        for s in STAGE_PARENTS if s not in CURRICULUM}
-    return schema
-
-
-def schema_defaults(definition: str) -> dict:
-    """{key: default} for the keys of the schema's `definition` ("task", "train") that declare one: the
-    value that keeps an optional setting (mostly one not in the paper) off."""
-    props = _schema()["definitions"][definition]["properties"]
-    return {k: p["default"] for k, p in props.items() if "default" in p}
 
 
 def _beside_defaults(section: dict, definition: str) -> dict:

@@ -20,7 +20,7 @@ STAGE_PARENTS: dict[str, str | None] = {
 VISION_STAGES = ("image", "mixed", "image_text", "noise_image_text")
 TEXT_STAGES = tuple(s for s in STAGE_PARENTS if s not in VISION_STAGES)
 # Variant name -> the stage whose checkpoint it is: the one list of variants, in the order tables and figures show
-# them (the paper's four, the curriculum control, the binding-loss control). The schema's enum (config._schema) and
+# them (the paper's four, the curriculum control, the binding-loss control). The schema's enum (schema.schema) and
 # tables.VARIANT_ORDER are read from it.
 VARIANT_STAGE = {"text_only": "text_s5", "noise_text": "noise_text", "image_text": "image_text",
                  "noise_image_text": "noise_image_text", "curriculum_text": "curriculum_text",

@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from .config import schema_defaults
+from .schema import schema_defaults
 from .settings import from_dict
 from .vocab import VOCAB, Vocab
 
@@ -70,7 +70,7 @@ BY_COLOR, BY_SHAPE = 0, 1
 TEXT, IMAGE = 0, 1  # modality of a prompt's context
 
 
-# The task settings a config may leave out: their one default is the schema's (config.schema_defaults).
+# The task settings a config may leave out: their one default is the schema's (schema.schema_defaults).
 _OPTIONAL = schema_defaults("task")
 
 

@@ -59,10 +59,10 @@ from .checkpoint import (
     save_model,
     save_tensors,
 )
-from .config import schema_defaults
 from .files import CorruptFileError, read_json, write_json
 from .inference import accuracy, answer_logits
 from .model import Transformer
+from .schema import schema_defaults
 from .settings import NON_FINITE, from_dict
 from .tasks import BY_COLOR, RETRIEVAL, Batch, Role, StageSpec, batch_sizes, generate, pack_queries
 
@@ -74,7 +74,7 @@ RESUME_FILE = "resume.safetensors"
 
 
 # The settings a config may leave out (not in the paper, or off there): their one default is the schema's
-# (config.schema_defaults), which also keeps them out of a stage's params while they hold it.
+# (schema.schema_defaults), which also keeps them out of a stage's params while they hold it.
 _OPTIONAL = schema_defaults("train")
 
 

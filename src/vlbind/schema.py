@@ -1,0 +1,35 @@
+"""The config schema (`config.schema.yaml`): its parsed form, with the stage and variant names filled in from
+vlbind.stages, and the defaults of the settings a config may leave out, the one home of those values (the task
+and train dataclasses read them here). Below `config` and `tasks`, so both can use it; no torch."""
+
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+
+import yaml
+
+from .stages import CONTROLS, CURRICULUM, STAGE_PARENTS, VARIANT_STAGE
+
+SCHEMA_PATH = Path(__file__).with_name("config.schema.yaml")
+
+
+@functools.cache
+def schema() -> dict:
+    """The parsed schema, read once per process: stage_params runs for every training job at DAG build.
+    Shared, so read it, never change it. The names come from vlbind.stages, their one declaration: the variants'
+    enum (VARIANT_STAGE) and a section per stage (STAGE_PARENTS; a control_stage for CONTROLS, none for the
+    curriculum control's, which copy their image stage's)."""
+    parsed = yaml.safe_load(SCHEMA_PATH.read_text())
+    parsed["definitions"]["variant"]["enum"] = list(VARIANT_STAGE)
+    parsed["properties"]["stages"]["properties"] = {
+        s: {"$ref": "#/definitions/control_stage" if s in CONTROLS else "#/definitions/stage"}
+        for s in STAGE_PARENTS if s not in CURRICULUM}
+    return parsed
+
+
+def schema_defaults(definition: str) -> dict:
+    """{key: default} for the keys of the schema's `definition` ("task", "train") that declare one: the
+    value that keeps an optional setting (mostly one not in the paper) off."""
+    props = schema()["definitions"][definition]["properties"]
+    return {k: p["default"] for k, p in props.items() if "default" in p}
