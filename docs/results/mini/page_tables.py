@@ -1,0 +1,85 @@
+"""Print the mini page's tables (README.md here) as Markdown from the CSVs export.py copied, so that the page
+quotes the DAG's numbers and nothing else:
+
+    python docs/results/mini/export.py && python docs/results/mini/page_tables.py
+
+Per seed throughout; accuracies in %, shares of interchange pairs as fractions.
+"""
+from pathlib import Path
+
+import pandas as pd
+
+from vlbind.stages import STAGE_PARENTS
+
+HERE = Path(__file__).resolve().parent
+
+
+def pct(x) -> str:
+    return "—" if pd.isna(x) else f"{100 * x:.1f}"
+
+
+def seeds(values) -> str:
+    return " / ".join(values)
+
+
+def claims() -> None:
+    df = pd.read_csv(HERE / "claims.csv")
+    print("| claim | verdict | per run or pair | n (apart, learnt, unlearnt, learnable, agree), p |")
+    print("|---|---|---|---|")
+    for r in df.itertuples():
+        extra = [f"{k[2:]} {int(v)}" for k in ("n_apart", "n_learnt", "n_unlearnt", "n_learnable", "n_agree")
+                 if k in df and not pd.isna(v := getattr(r, k)) and (k != "n_apart" or v)]
+        print(f"| {r.claim}: {r.statement} | **{r.verdict}** | {r.per_run} | {int(r.n)}"
+              f"{' (' + ', '.join(extra) + ')' if extra else ''}, {r.p_sign:.3g} |")
+
+
+def accuracy() -> None:
+    ev = pd.read_csv(HERE / "eval_by_length.csv")
+    ood = pd.read_csv(HERE / "ood_accuracy.csv")
+    print("| variant | order | in distribution (2..8), % per seed | OOD (9..32), % per seed "
+          "| OOD mean ± SE (runs used) | left out |")
+    print("|---|---|---|---|---|---|")
+    for o in ood.itertuples():
+        d = ev[(ev.order == o.order) & (ev.variant == o.variant)]
+        per = d.groupby("seed")
+        inside = per.apply(lambda g: g.loc[g.in_distribution, "accuracy"].mean())
+        out = per.apply(lambda g: g.loc[~g.in_distribution, "accuracy"].mean())
+        left = int(o.diverged_runs) + int(o.unconverged_runs)
+        print(f"| {o.variant} | {o.order} | {seeds(pct(x) for x in inside)} | {seeds(pct(x) for x in out)} | "
+              f"{pct(o.ood_mean)} ± {pct(o.ood_se)} ({int(o.runs)}) | {left} |")
+
+
+def mechanisms() -> None:
+    df = pd.read_csv(HERE / "circuits.csv")
+    print("| variant | seed | first spike: label (layer, position: winner share) | last layer: label (layer: share) "
+          "| pairs |")
+    print("|---|---|---|---|---|")
+    for r in df.itertuples():
+        first = f"{r.circuit}" + (" (weak)" if r.weak else "")
+        if not pd.isna(r.spike_layer):
+            first += f" (L{int(r.spike_layer)}, {r.label_position}: {r.winner} {r.winner_share:.2f})"
+        last = getattr(r, "last_circuit", "—")
+        if "last_layer" in df and not pd.isna(r.last_layer):
+            last += f" (L{int(r.last_layer)}: {r.last_winner} {r.last_winner_share:.2f})"
+        print(f"| {r.variant} | {r.run} | {first} | {last} | {int(r.pairs_kept)} |")
+
+
+def training() -> None:
+    df = pd.read_csv(HERE / "training.csv")
+    df["seed"] = df.run.str.extract(r"seed(\d+)")[0].astype(int)
+    print("| stage | " + " | ".join(f"seed {s}" for s in sorted(df.seed.unique())) + " |")
+    print("|---|" + "---|" * df.seed.nunique())
+    for stage in [s for s in STAGE_PARENTS if s in set(df.stage)]:
+        cells = []
+        for r in df[df.stage == stage].sort_values("seed").itertuples():
+            why = {"target_accuracy": "target", "max_steps": "cap"}.get(r.stopped_because, r.stopped_because)
+            cell = f"{r.steps + (r.ramp_steps or 0):,} ({why}), {r.best_val_accuracy:.3f}, {r.wall_minutes:.1f} min"
+            if isinstance(r.ramp, str) and r.ramp:  # "n:steps:best ..." per length before the stage's own
+                cell += "; ramp " + " / ".join(f"{int(x.split(':')[1]):,}" for x in r.ramp.split()) + f" / {r.steps:,}"
+            cells.append(cell)
+        print(f"| {stage} | " + " | ".join(cells) + " |")
+
+
+for part in (claims, accuracy, mechanisms, training):
+    print(f"\n### {part.__name__}\n")
+    part()
