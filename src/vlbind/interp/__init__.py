@@ -14,17 +14,17 @@ ANALYSES = {"interchange": ("fig4", "fig9"), "knockout": ("fig10", "fig13"), "pr
             "layer_relevance": ("fig_layer_relevance",)}
 
 
-def analyze(analysis: str, model, settings, device: str, order: str, precision: str):
-    """Run one analysis of ANALYSES on `model` with its settings (the dataclass `settings(analysis, section)` builds
-    from config key interp.<analysis>), on prompts whose association lists are in `order` (config key interp.order;
-    tasks.ORDERS), under the autocast `precision` (device.precision_for: "bf16" or "fp32"; config key `precision`,
-    as training and evaluation).
+def analyze(analysis: str, model, cfg, device: str, order: str, precision: str):
+    """Run one analysis of ANALYSES on `model` with its settings `cfg` (the dataclass that
+    `settings(analysis, section)` builds from config key interp.<analysis>), on prompts whose association lists are
+    in `order` (config key interp.order; tasks.ORDERS), under the autocast `precision` (device.precision_for: "bf16"
+    or "fp32"; config key `precision`, as training and evaluation).
 
     Returns (table, summary): a tidy DataFrame, one row per measurement, and a dict of run-level numbers that
     are also stored as table columns (interchange: pairs generated and kept; layer relevance: the Spearman
     correlation of cosine and skip drop; empty for the others)."""
     with autocast(device, precision):
-        table, summary = _module(analysis).run(model, settings, device, order)
+        table, summary = _module(analysis).run(model, cfg, device, order)
     for k, v in summary.items():
         table[k] = v
     return table, summary
