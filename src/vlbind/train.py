@@ -107,6 +107,10 @@ class TrainConfig:
     keep: str = _OPTIONAL["keep"]  # weights kept: "best" validation (paper) or "last" step (module doc)
     # a length ramp (not in the paper; train_ramped): min_objects alone first, one more at a time
     ramp: bool = _OPTIONAL["ramp"]
+    # the ramp's lengths from min_objects..ramp_batch_from on (the stage itself included) train at this batch;
+    # None: batch_size throughout (not in the paper; train_ramped)
+    ramp_batch_size: int | None = _OPTIONAL["ramp_batch_size"]
+    ramp_batch_from: int = _OPTIONAL["ramp_batch_from"]
     # share of the image bank's renderings held out from training for validation
     val_images: float = _OPTIONAL["val_images"]
     seed: int = 0
@@ -127,6 +131,8 @@ class TrainConfig:
         for key in ("batch_size", "eval_every", "val_size", "patience", "checkpoint_every"):
             if getattr(self, key) < 1:
                 raise ValueError(f"TrainConfig.{key}={getattr(self, key)} must be >= 1")
+        if self.ramp_batch_size is not None and self.ramp_batch_size < 1:
+            raise ValueError(f"TrainConfig.ramp_batch_size={self.ramp_batch_size} must be >= 1 or None")
         if self.max_skipped_steps < 0:
             raise ValueError(f"TrainConfig.max_skipped_steps={self.max_skipped_steps} must be >= 0")
         if self.max_steps < 0:
@@ -339,6 +345,13 @@ def _log_validation(stage: str, spec: StageSpec, cfg: TrainConfig, progress: _Pr
              rate * cfg.batch_size * batch.tokens.shape[1], _eta((cfg.max_steps - h["step"]) / max(rate, 1e-9)))
 
 
+def at_length(cfg: TrainConfig, n: int) -> TrainConfig:
+    """The settings of the ramp length min_objects..n: ramp_batch_size from ramp_batch_from objects on."""
+    if cfg.ramp_batch_size is None or n < cfg.ramp_batch_from:
+        return cfg
+    return replace(cfg, batch_size=cfg.ramp_batch_size)
+
+
 RAMP_DIR = "ramp"  # a ramped stage's shorter lengths, each a stage directory of its own, n{max_objects}
 
 
@@ -348,9 +361,10 @@ def train_ramped(model: Transformer, spec: StageSpec, cfg: TrainConfig, out_dir:
     min_objects..n for n = min_objects + 1, ..., max_objects - 1, each a stage of its own in out_dir/ramp/n{n}
     (named `{stage}_n{n}`; a fresh AdamW with its warm-up, as every stage), then the stage itself. Every length
     ends by the stop rule (target, plateau, or the cap, which is the whole ramp's: `max_steps` less the steps
-    already taken) and the next starts from its weights; a length that ends on non-finite steps ends the ramp early.
+    already taken) and the next starts from its weights; the lengths from ramp_batch_from objects on train at
+    ramp_batch_size (at_length); a length that ends on non-finite steps ends the ramp early.
     The stage's meta lists the lengths before it (`ramp`: max_objects, steps, stopped_because, best_val_accuracy,
-    skipped_steps, wall_seconds) and
+    skipped_steps, wall_seconds, batch_size) and
     `ramp_steps`, their sum. A rerun (after a kill) keeps the lengths already done if the stage's settings and
     starting weights are those they were made from, and discards them otherwise.
 
@@ -375,16 +389,17 @@ def train_ramped(model: Transformer, spec: StageSpec, cfg: TrainConfig, out_dir:
             log.info("%s: length %d..%d already trained (%s), kept", stage, spec.min_objects, n, sub)
         else:
             left = max(cfg.max_steps - sum(x["steps"] for x in lengths), 0)
-            meta = train_stage(model, replace(spec, max_objects=n), replace(cfg, max_steps=left), sub,
+            meta = train_stage(model, replace(spec, max_objects=n), replace(at_length(cfg, n), max_steps=left), sub,
                                stage=f"{stage}_n{n}", **kwargs)
         kwargs.pop("start", None)
         lengths.append({k: meta[k] for k in ("steps", "stopped_because", "best_val_accuracy", "wall_seconds")}
-                       | {"skipped_steps": meta.get("skipped_steps", 0), "max_objects": n})  # 0: a length made before
+                       | {"skipped_steps": meta.get("skipped_steps", 0), "max_objects": n,  # 0: a length made before
+                          "batch_size": meta["train_config"]["batch_size"]})
         if meta["stopped_because"] == NON_FINITE:
             break
     ramp_steps = sum(x["steps"] for x in lengths)
-    return train_stage(model, spec, replace(cfg, max_steps=max(cfg.max_steps - ramp_steps, 0)), out_dir,
-                       stage=stage, record={"train_config": asdict(cfg), "ramp": lengths, "ramp_steps": ramp_steps},
+    last = replace(at_length(cfg, spec.max_objects), max_steps=max(cfg.max_steps - ramp_steps, 0))
+    return train_stage(model, spec, last, out_dir, stage=stage, record={"train_config": asdict(cfg), "ramp": lengths, "ramp_steps": ramp_steps},
                        **kwargs)
 
 
