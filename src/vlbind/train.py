@@ -399,8 +399,8 @@ def train_ramped(model: Transformer, spec: StageSpec, cfg: TrainConfig, out_dir:
             break
     ramp_steps = sum(x["steps"] for x in lengths)
     last = replace(at_length(cfg, spec.max_objects), max_steps=max(cfg.max_steps - ramp_steps, 0))
-    return train_stage(model, spec, last, out_dir, stage=stage, record={"train_config": asdict(cfg), "ramp": lengths, "ramp_steps": ramp_steps},
-                       **kwargs)
+    return train_stage(model, spec, last, out_dir, stage=stage,
+                       record={"train_config": asdict(cfg), "ramp": lengths, "ramp_steps": ramp_steps}, **kwargs)
 
 
 @dataclass
