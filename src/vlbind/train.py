@@ -128,11 +128,9 @@ class TrainConfig:
             raise ValueError(f"TrainConfig.binding_loss={self.binding_loss} must be >= 0")
         if not 0 < self.val_images < 1:
             raise ValueError(f"TrainConfig.val_images={self.val_images} must lie in (0, 1)")
-        for key in ("batch_size", "eval_every", "val_size", "patience", "checkpoint_every"):
-            if getattr(self, key) < 1:
-                raise ValueError(f"TrainConfig.{key}={getattr(self, key)} must be >= 1")
-        if self.ramp_batch_size is not None and self.ramp_batch_size < 1:
-            raise ValueError(f"TrainConfig.ramp_batch_size={self.ramp_batch_size} must be >= 1 or None")
+        for key in ("batch_size", "eval_every", "val_size", "patience", "checkpoint_every", "ramp_batch_size"):
+            if (value := getattr(self, key)) is not None and value < 1:  # ramp_batch_size may be None
+                raise ValueError(f"TrainConfig.{key}={value} must be >= 1")
         if self.max_skipped_steps < 0:
             raise ValueError(f"TrainConfig.max_skipped_steps={self.max_skipped_steps} must be >= 0")
         if self.max_steps < 0:
