@@ -28,6 +28,7 @@ if "features" in sm.input.keys():
 if "projector" in params:  # the first image stage gives the text model its visual projector
     model.attach_projector(bank.dim, params["projector"]["mult"], params["projector"]["scale"])
 start = params.get("start")
-train_ramped(model, StageSpec.from_dict(params["task"]), TrainConfig.from_section(params["train"], seed, precision),
-             Path(sm.output.model).parent, stage=params["stage"], device=device, parent=parent, bank=bank,
-             start=(StageSpec.from_dict(start["task"]), start["steps"]) if start else None)
+start = (StageSpec.from_dict(start["task"]), start["steps"]) if start else None
+cfg = TrainConfig.from_section(params["train"], seed, device, precision)
+train_ramped(model, StageSpec.from_dict(params["task"]), cfg, Path(sm.output.model).parent, stage=params["stage"],
+             device=device, parent=parent, bank=bank, start=start)

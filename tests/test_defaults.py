@@ -34,7 +34,8 @@ SECTIONS = {TrainConfig: PAPER["train"], EvalConfig: PAPER["evaluate"], ProbeCon
             QwenProbeConfig: PAPER["qwen"]["probes"], DivergenceRule: PAPER["divergence"],
             Generation: PAPER["qwen"]["generation"]}
 # A config value of another kind than the field's: the config holds what the field is resolved from.
-RESOLVED = {(TrainConfig, "precision")}  # a per-device mapping -> the precision of the device a job runs on
+# A per-device mapping -> the entry of the device a job runs on (TrainConfig.from_section).
+RESOLVED = {(TrainConfig, "precision"), (TrainConfig, "sub_batch_tokens")}
 
 
 def plain(value):
@@ -67,7 +68,10 @@ def test_an_optional_setting_has_its_one_default_in_the_schema_and_config_yaml_r
             assert PAPER["train"][key] == value, key
     given = PAPER["stages"]["text_s3"]["task"] if definition == "task" else PAPER["train"]
     section = {k: v for k, v in given.items() if k not in optional}
-    built = StageSpec.from_dict(section) if definition == "task" else TrainConfig.from_section(section, 0, "fp32")
+    if definition == "task":
+        built = StageSpec.from_dict(section)
+    else:
+        built = TrainConfig.from_section(section, 0, "cpu", "fp32")
     assert {k: getattr(built, k) for k in optional} == optional
 
 

@@ -14,7 +14,7 @@ from test_vision import make_bank, solve_image_prompt
 
 from vlbind.inference import answer_logits
 from vlbind.model import ModelConfig, Transformer
-from vlbind.tasks import IMAGE, Role, StageSpec, assemble, generate, pack_queries, prompt_text
+from vlbind.tasks import IMAGE, Role, StageSpec, assemble, by_length, generate, pack_queries, prompt_text
 from vlbind.train import prompt_loss
 from vlbind.vocab import VOCAB
 
@@ -152,3 +152,53 @@ def test_prompt_loss_weighs_every_prompt_the_same():
                               for q, t in enumerate(row) if t >= 0]) for i, row in enumerate(target)])
     assert prompt_loss(logits, target).item() == pytest.approx(naive, rel=1e-6)
 
+
+
+@pytest.mark.parametrize("solo", [0.0, 0.5])
+def test_by_length_cuts_only_padding_and_keeps_every_prompt(solo):
+    """Against the packed batch itself: the sub-batches hold each of its prompts once, shortest first, each
+    prompt's tokens and query groups whole."""
+    spec = replace(TEXT_SPECS["retrieval"], solo_fraction=solo)
+    b = pack_queries(generate(spec, 40, np.random.default_rng(5)))
+    parts = by_length(b, 300)
+    lengths = [(p.roles != Role.PAD).sum(1) for p in parts]
+    assert len(parts) > 2 and all(len(p) * length.max() <= 300 for p, length in zip(parts, lengths))
+    assert all(np.diff(np.concatenate(lengths)) >= 0)
+    assert [len(p) for p in by_length(b, 1)] == [1] * len(b)
+    seen = []
+    for part, length in zip(parts, lengths):
+        assert part.tokens.shape[1] == length.max() and part.groups.shape == part.tokens.shape
+        assert part.answer_pos.shape[1] == (part.answer_pos >= 0).sum(1).max()
+        for i in range(len(part)):
+            j = int(np.nonzero((b.tokens == np.pad(part.tokens[i], (0, b.tokens.shape[1] - length.max()),
+                                                 constant_values=VOCAB.pad)).all(1)
+                               & (b.colors == part.colors[i]).all(1))[0][0])
+            seen.append(j)
+            q = part.answer_pos.shape[1]
+            assert (b.answer_pos[j, q:] == -1).all() and np.array_equal(part.answer_pos[i], b.answer_pos[j, :q])
+            assert np.array_equal(part.target[i], b.target[j, :q])
+    assert sorted(seen) == list(range(len(b)))
+
+
+@pytest.mark.parametrize("binding_loss", [0.0, 1.0])
+def test_a_step_on_sub_batches_gives_the_whole_batchs_loss_and_gradients(tmp_path, binding_loss):
+    """train.sub_batch_tokens: the loss and every gradient of a batch run as length-sorted sub-batches against the same
+    batch run whole, on text and image prompts, with solo practice and the binding loss."""
+    from vlbind.train import TrainConfig, _step, make_optimizer
+
+    cfg = TrainConfig(queries="all", binding_loss=binding_loss, warmup_steps=1)
+    solo = generate(replace(TEXT_SPECS["retrieval"], solo_fraction=0.5), 48, np.random.default_rng(8))
+    for name, batch, bank in [*cases(tmp_path), ("solo", solo, None)]:
+        packed = pack_queries(batch)
+        got = {}
+        for sub in (None, 200):
+            model = tiny().train()
+            if bank is not None:
+                model.attach_projector(6, mult=1.0)
+            opt = make_optimizer(model, cfg)  # the step leaves the gradients it took
+            loss, norm, _ = _step(model, model, opt, packed, replace(cfg, sub_batch_tokens=sub), 1, "cpu", bank)
+            got[sub] = loss, norm, [p.grad.clone() for p in model.parameters()]
+        torch.testing.assert_close(got[200][0], got[None][0], msg=name)
+        torch.testing.assert_close(got[200][1], got[None][1], msg=name)
+        for g_sub, g in zip(got[200][2], got[None][2]):
+            torch.testing.assert_close(g_sub, g, atol=1e-6, rtol=1e-4, msg=name)

@@ -170,22 +170,6 @@ def test_a_ramp_trains_each_length_in_turn_as_its_own_stages_would(tmp_path):
     assert row["ramp_steps"] == 6 and [x.split(":")[:2] for x in row["ramp"].split()] == [["2", "3"], ["3", "3"]]
 
 
-def test_a_ramp_trains_its_long_lengths_at_ramp_batch_size(tmp_path):
-    cfg = replace(RAMP_CFG, ramp_batch_size=4, ramp_batch_from=3)
-    ref, ramped = fresh(), fresh()
-    done = 0
-    for n, name, batch in ((2, "text_s4_n2", CFG.batch_size), (3, "text_s4_n3", 4), (4, "text_s4", 4)):
-        meta = train_stage(ref, replace(RAMP_SPEC, max_objects=n),
-                           replace(cfg, batch_size=batch, max_steps=cfg.max_steps - done), tmp_path / "hand" / name,
-                           stage=name)
-        done += meta["steps"]
-    meta = train_ramped(ramped, RAMP_SPEC, cfg, tmp_path / "run", stage="text_s4")
-    for k, v in ref.state_dict().items():
-        assert torch.equal(ramped.state_dict()[k], v), k
-    assert [r["batch_size"] for r in meta["ramp"]] == [CFG.batch_size, 4]
-    assert meta["train_config"]["ramp_batch_size"] == 4 and CFG.batch_size != 4
-
-
 def test_a_ramp_shares_its_stage_cap_and_a_cap_of_0_passes_the_weights_through(tmp_path):
     meta = train_ramped(fresh(), RAMP_SPEC, replace(RAMP_CFG, max_steps=4), tmp_path / "a", stage="text_s4")
     assert [r["steps"] for r in meta["ramp"]] == [3, 1]  # the second length stops at what the first left
@@ -669,3 +653,13 @@ def test_jobs_on_a_machine_with_several_gpus_spread_over_them(tmp_path, monkeypa
     assert [device.job_device("cuda", 1)[0] for _ in range(4)] == ["cuda:0", "cuda:1", "cuda:2", "cuda:0"]
     for lock in device._CLAIMED:
         lock.close()
+
+
+def test_a_train_section_gives_a_job_its_devices_sub_batch_tokens():
+    section = {"batch_size": 256, "sub_batch_tokens": {"cpu": 32, "cuda": None}, "precision": {"cpu": "auto"}}
+    assert TrainConfig.from_section(section, 0, "cpu", "fp32").sub_batch_tokens == 32
+    on_gpu = TrainConfig.from_section(section, 0, "cuda:1", "bf16")
+    assert (on_gpu.sub_batch_tokens, on_gpu.precision) == (None, "bf16")
+    assert TrainConfig.from_section({"batch_size": 8}, 0, "cpu", "fp32").sub_batch_tokens is None
+    with pytest.raises(ValueError, match="sub_batch_tokens=0"):
+        TrainConfig.from_section({"sub_batch_tokens": {"cpu": 0}}, 0, "cpu", "fp32")

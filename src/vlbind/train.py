@@ -64,7 +64,7 @@ from .inference import accuracy, answer_logits
 from .model import Transformer
 from .schema import schema_defaults
 from .settings import NON_FINITE, from_dict
-from .tasks import BY_COLOR, RETRIEVAL, Batch, Role, StageSpec, batch_sizes, generate, pack_queries
+from .tasks import BY_COLOR, RETRIEVAL, Batch, Role, StageSpec, batch_sizes, by_length, generate, pack_queries
 
 if TYPE_CHECKING:
     from .bank import ImageBank
@@ -107,10 +107,10 @@ class TrainConfig:
     keep: str = _OPTIONAL["keep"]  # weights kept: "best" validation (paper) or "last" step (module doc)
     # a length ramp (not in the paper; train_ramped): min_objects alone first, one more at a time
     ramp: bool = _OPTIONAL["ramp"]
-    # the ramp's lengths from min_objects..ramp_batch_from on (the stage itself included) train at this batch;
-    # None: batch_size throughout (not in the paper; train_ramped)
-    ramp_batch_size: int | None = _OPTIONAL["ramp_batch_size"]
-    ramp_batch_from: int = _OPTIONAL["ramp_batch_from"]
+    # the step runs the batch sorted by length, as sub-batches of at most this many positions, each cut to its
+    # longest (the same loss with less padding; not in the paper; _step); None: whole. The config has a per-device
+    # table (from_section)
+    sub_batch_tokens: int | None = None
     # share of the image bank's renderings held out from training for validation
     val_images: float = _OPTIONAL["val_images"]
     seed: int = 0
@@ -128,8 +128,8 @@ class TrainConfig:
             raise ValueError(f"TrainConfig.binding_loss={self.binding_loss} must be >= 0")
         if not 0 < self.val_images < 1:
             raise ValueError(f"TrainConfig.val_images={self.val_images} must lie in (0, 1)")
-        for key in ("batch_size", "eval_every", "val_size", "patience", "checkpoint_every", "ramp_batch_size"):
-            if (value := getattr(self, key)) is not None and value < 1:  # ramp_batch_size may be None
+        for key in ("batch_size", "eval_every", "val_size", "patience", "checkpoint_every", "sub_batch_tokens"):
+            if (value := getattr(self, key)) is not None and value < 1:  # sub_batch_tokens may be None
                 raise ValueError(f"TrainConfig.{key}={value} must be >= 1")
         if self.max_skipped_steps < 0:
             raise ValueError(f"TrainConfig.max_skipped_steps={self.max_skipped_steps} must be >= 0")
@@ -142,12 +142,13 @@ class TrainConfig:
         return from_dict(cls, d)
 
     @classmethod
-    def from_section(cls, train: dict, seed: int, precision: str) -> TrainConfig:
-        """From a (merged) config `train` section (config.stage_train) and the autocast precision already
-        resolved for the job's device (device.job_device, or precision_for): the section's own `precision`
-        entry, the config's per-device table, is that table, not a choice, and is left out."""
-        return cls.from_dict({**{k: v for k, v in train.items() if k != "precision"}, "seed": seed,
-                              "precision": precision})
+    def from_section(cls, train: dict, seed: int, device: str, precision: str) -> TrainConfig:
+        """From a (merged) config `train` section (config.stage_train) for a job on `device`, with the autocast
+        precision already resolved for it (device.job_device, or precision_for). The section's per-device tables
+        give `device`'s entry: `precision` is that resolved one, `sub_batch_tokens` its entry ('cuda:1' -> 'cuda')."""
+        sub_batch_tokens = train.get("sub_batch_tokens", {}).get(device.split(":")[0])
+        per_device = {"precision": precision, "sub_batch_tokens": sub_batch_tokens}
+        return cls.from_dict({**train, "seed": seed, **per_device})
 
 
 def make_optimizer(model: torch.nn.Module, cfg: TrainConfig) -> torch.optim.AdamW:
@@ -323,9 +324,12 @@ def train_stage(model: Transformer, spec: StageSpec, cfg: TrainConfig, out_dir: 
 
 def _step(net, model: Transformer, opt, batch: Batch, cfg: TrainConfig, step: int, device, bank):
     """One optimizer step (the `step`-th) on `batch`: the loss through `net` (the model, or its compiled forward),
-    gradients clipped, the learning rate of `step`, non-finite steps skipped (optimizer_step). Returns the loss,
-    the gradient norm and whether the step was skipped, all left on the device."""
-    loss = training_loss(net, batch, cfg, device, bank)
+    where `cfg.sub_batch_tokens` is set on length-sorted sub-batches of at most that many positions (the batch's
+    loss, a mean over its prompts, with little padding: tasks.by_length), gradients clipped, the learning rate of
+    `step`, non-finite steps skipped (optimizer_step). Returns the loss, the gradient norm and whether the step was
+    skipped, all left on the device."""
+    parts = by_length(batch, cfg.sub_batch_tokens) if cfg.sub_batch_tokens else [batch]
+    loss = sum(training_loss(net, part, cfg, device, bank) * (len(part) / len(batch)) for part in parts)
     opt.zero_grad(set_to_none=True)
     loss.backward()
     grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
@@ -340,14 +344,7 @@ def _log_validation(stage: str, spec: StageSpec, cfg: TrainConfig, progress: _Pr
     log.info("%s step %d/%d objects %d..%d loss %.4f val_acc %.4f best %.4f@%d skipped %d | %.1f steps/s, "
              "%.0f tok/s, ETA to cap %s", stage, h["step"], cfg.max_steps, spec.min_objects, spec.max_objects,
              h["train_loss"], h["val_accuracy"], progress.best_acc, progress.best_step, progress.skipped, rate,
-             rate * cfg.batch_size * batch.tokens.shape[1], _eta((cfg.max_steps - h["step"]) / max(rate, 1e-9)))
-
-
-def at_length(cfg: TrainConfig, n: int) -> TrainConfig:
-    """The settings of the ramp length min_objects..n: ramp_batch_size from ramp_batch_from objects on."""
-    if cfg.ramp_batch_size is None or n < cfg.ramp_batch_from:
-        return cfg
-    return replace(cfg, batch_size=cfg.ramp_batch_size)
+             rate * int((batch.roles != Role.PAD).sum()), _eta((cfg.max_steps - h["step"]) / max(rate, 1e-9)))
 
 
 RAMP_DIR = "ramp"  # a ramped stage's shorter lengths, each a stage directory of its own, n{max_objects}
@@ -359,12 +356,10 @@ def train_ramped(model: Transformer, spec: StageSpec, cfg: TrainConfig, out_dir:
     min_objects..n for n = min_objects + 1, ..., max_objects - 1, each a stage of its own in out_dir/ramp/n{n}
     (named `{stage}_n{n}`; a fresh AdamW with its warm-up, as every stage), then the stage itself. Every length
     ends by the stop rule (target, plateau, or the cap, which is the whole ramp's: `max_steps` less the steps
-    already taken) and the next starts from its weights; the lengths from ramp_batch_from objects on train at
-    ramp_batch_size (at_length); a length that ends on non-finite steps ends the ramp early.
+    already taken) and the next starts from its weights; a length that ends on non-finite steps ends the ramp early.
     The stage's meta lists the lengths before it (`ramp`: max_objects, steps, stopped_because, best_val_accuracy,
-    skipped_steps, wall_seconds, batch_size) and
-    `ramp_steps`, their sum. A rerun (after a kill) keeps the lengths already done if the stage's settings and
-    starting weights are those they were made from, and discards them otherwise.
+    skipped_steps, wall_seconds) and `ramp_steps`, their sum. A rerun (after a kill) keeps the lengths already done
+    if the stage's settings and starting weights are those they were made from, and discards them otherwise.
 
     On shuffled lists, a model from fixed-order text_s3 stays at chance on 2..8 objects from the start, and leaves
     it with the ramp (docs/results/text-s4.md). kwargs go to train_stage (`start` applies to the first length)."""
@@ -387,16 +382,15 @@ def train_ramped(model: Transformer, spec: StageSpec, cfg: TrainConfig, out_dir:
             log.info("%s: length %d..%d already trained (%s), kept", stage, spec.min_objects, n, sub)
         else:
             left = max(cfg.max_steps - sum(x["steps"] for x in lengths), 0)
-            meta = train_stage(model, replace(spec, max_objects=n), replace(at_length(cfg, n), max_steps=left), sub,
+            meta = train_stage(model, replace(spec, max_objects=n), replace(cfg, max_steps=left), sub,
                                stage=f"{stage}_n{n}", **kwargs)
         kwargs.pop("start", None)
         lengths.append({k: meta[k] for k in ("steps", "stopped_because", "best_val_accuracy", "wall_seconds")}
-                       | {"skipped_steps": meta.get("skipped_steps", 0), "max_objects": n,  # 0: a length made before
-                          "batch_size": meta["train_config"]["batch_size"]})
+                       | {"skipped_steps": meta.get("skipped_steps", 0), "max_objects": n})  # 0: a length made before
         if meta["stopped_because"] == NON_FINITE:
             break
     ramp_steps = sum(x["steps"] for x in lengths)
-    last = replace(at_length(cfg, spec.max_objects), max_steps=max(cfg.max_steps - ramp_steps, 0))
+    last = replace(cfg, max_steps=max(cfg.max_steps - ramp_steps, 0))
     return train_stage(model, spec, last, out_dir, stage=stage,
                        record={"train_config": asdict(cfg), "ramp": lengths, "ramp_steps": ramp_steps}, **kwargs)
 

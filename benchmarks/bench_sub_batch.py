@@ -1,0 +1,64 @@
+"""What `train.sub_batch_tokens` buys: prompts/s of the real training loop (train.train_stage) with the batch
+whole and run sorted by length as sub-batches of at most N positions (tasks.by_length), on mini's model and
+text_s4's task (216 colors and shapes, shuffled lists, solo practice 0.5 (--solo), every object queried), for the
+ramp's lengths 2..n.
+
+    python benchmarks/bench_sub_batch.py [--batch-size 256] [--tokens 0 512 1024 2048] [--lengths 2 3 5 8]
+                                         [--solo 0.5] [--steps 20] [--threads 1] [--device cpu]
+
+0 in --tokens: the batch whole. Precision as the configs' auto (bf16 where the device computes it natively).
+A packed batch pads every prompt to its longest; with solo practice half the prompts are short, so the padding
+grows with the length range. Results: docs/results/benchmarks-train-loop.md.
+"""
+import argparse
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+from vlbind.device import precision_for
+from vlbind.model import ModelConfig, Transformer
+from vlbind.tasks import StageSpec
+from vlbind.train import TrainConfig, train_stage
+
+MINI = ModelConfig(n_layers=6, d_model=64, d_ff=256, n_heads=4)
+
+
+def rate(n: int, solo: float, train: TrainConfig, device: str) -> float:
+    """Prompts/s of `train.max_steps` steps of the loop on 2..n objects (a 3-step run first, untimed)."""
+    spec = StageSpec(216, 216, 8, 2, n, shuffle=True, solo_fraction=solo)
+    torch.manual_seed(0)
+    with tempfile.TemporaryDirectory() as d:
+        warm = TrainConfig(**{**train.__dict__, "max_steps": 3, "eval_every": 3})
+        train_stage(Transformer(MINI), spec, warm, Path(d) / "warm", stage="bench", device=device)
+        t0 = time.perf_counter()
+        train_stage(Transformer(MINI), spec, train, Path(d) / "run", stage="bench", device=device)
+        return train.max_steps * train.batch_size / (time.perf_counter() - t0)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--batch-size", type=int, default=256)
+    ap.add_argument("--tokens", type=int, nargs="+", default=[0, 512, 1024, 2048])
+    ap.add_argument("--lengths", type=int, nargs="+", default=[2, 3, 5, 8])
+    ap.add_argument("--solo", type=float, default=0.5)
+    ap.add_argument("--steps", type=int, default=20)
+    args = ap.parse_args()
+    torch.set_num_threads(args.threads)
+    precision = precision_for({"cpu": "auto", "cuda": "bf16"}, args.device)
+    base = TrainConfig(batch_size=args.batch_size, queries="all", precision=precision, max_steps=args.steps,
+                       eval_every=args.steps, val_size=32, checkpoint_every=10 * args.steps, warmup_steps=10)
+    where = torch.cuda.get_device_name() if args.device.startswith("cuda") else f"cpu, {args.threads} thread(s)"
+    print(f"device {where}, {precision}, batch {args.batch_size}, solo {args.solo}, {args.steps} steps; prompts/s")
+    print(f"{'objects':<8}" + "".join(f"{f'{s} tok' if s else 'whole':>12}" for s in args.tokens))
+    for n in args.lengths:
+        rates = [rate(n, args.solo, TrainConfig(**{**base.__dict__, "sub_batch_tokens": s or None}), args.device)
+                 for s in args.tokens]
+        print(f"2..{n:<5}" + "".join(f"{r:>12.0f}" for r in rates), flush=True)
+
+
+if __name__ == "__main__":
+    main()
