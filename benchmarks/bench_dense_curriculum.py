@@ -92,7 +92,8 @@ def run(arm: str, seed: int, paper: bool, stages: list[str], cap: int, target: f
         params["train"]["max_steps"] = min(cap, params["train"]["max_steps"])
         if target is not None:
             params["train"]["target_accuracy"] = target
-        cfg = TrainConfig.from_section(params["train"], seed, precision_for(params["train"]["precision"], device))
+        cfg = TrainConfig.from_section(params["train"], seed, device,
+                                       precision_for(params["train"]["precision"], device))
         spec, where = StageSpec.from_dict(params["task"]), out / name / stage
         if (where / META_FILE).is_file():  # finished by an earlier call with this --out
             model.load_state_dict(load_tensors(where / MODEL_FILE)[0])

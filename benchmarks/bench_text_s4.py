@@ -140,7 +140,7 @@ def _train(arm, seed, parents, paper, steps, target, device, compile_, out, row,
     spec = StageSpec.from_dict({**params["task"], "shuffle": True, **task_keys})
     train = {**params["train"], **train_keys, "compile": compile_, "max_steps": steps,
              "target_accuracy": target, "plateau_above_chance": LEFT_CHANCE}
-    cfg = TrainConfig.from_section(train, seed, precision_for(train["precision"], device))
+    cfg = TrainConfig.from_section(train, seed, device, precision_for(train["precision"], device))
     parent = Path(parents.format(seed=seed))
     model, _ = load_model(parent, device)
     opt = None
