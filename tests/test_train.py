@@ -48,6 +48,8 @@ class Kill(Exception):
 
 
 DENSE_CFG = TrainConfig(**{**CFG.__dict__, "queries": "all"})
+# no validation gains min_delta 1.0 after the first: the lr drops at every second validation from step 6 on
+DROP_CFG = TrainConfig(**{**CFG.__dict__, "min_delta": 1.0, "lr_drop_patience": 1, "lr_drop_factor": 0.5})
 
 
 def kill_at(step: int, out_dir, spec=SPEC, cfg=CFG) -> None:
@@ -60,7 +62,8 @@ def kill_at(step: int, out_dir, spec=SPEC, cfg=CFG) -> None:
         train_stage(fresh(), spec, cfg, out_dir, stage="text_s1", callback=die)
 
 
-@pytest.mark.parametrize("spec, cfg", [(SPEC, CFG), (SPEC, DENSE_CFG)], ids=["plain", "dense"])
+@pytest.mark.parametrize("spec, cfg", [(SPEC, CFG), (SPEC, DENSE_CFG), (SPEC, DROP_CFG)],
+                         ids=["plain", "dense", "lr_drops"])
 def test_resume_after_kill_reaches_the_uninterrupted_weights(tmp_path, spec, cfg):
     ref = fresh()
     train_stage(ref, spec, cfg, tmp_path / "ref", stage="text_s1")
@@ -663,3 +666,23 @@ def test_a_train_section_gives_a_job_its_devices_sub_batch_tokens():
     assert TrainConfig.from_section({"batch_size": 8}, 0, "cpu", "fp32").sub_batch_tokens is None
     with pytest.raises(ValueError, match="sub_batch_tokens=0"):
         TrainConfig.from_section({"sub_batch_tokens": {"cpu": 0}}, 0, "cpu", "fp32")
+
+
+def test_a_plateau_lowers_the_lr_and_training_goes_on(tmp_path):
+    """DROP_CFG: validations at steps 3, 6, 9, 12, none gaining after the first, so the lr halves after those of
+    steps 6 and 9 (each one validation since the best or the last drop): the rule recomputed step by step against
+    what the optimizer used and what the curve records."""
+    model = fresh()
+    opt = make_optimizer(model, DROP_CFG)
+    used = {}
+    meta = train_stage(model, SPEC, DROP_CFG, tmp_path, stage="text_s1", optimizer=opt,
+                       callback=lambda s: used.__setitem__(s, opt.param_groups[0]["lr"]))
+    scale, best, last, want = 1.0, 3, 0, {}
+    for step in range(1, 13):
+        want[step] = lr_at(step, DROP_CFG) * scale
+        if step % 3 == 0 and step - max(best, last) >= 3:
+            scale, last = scale * 0.5, step
+    assert used == pytest.approx(want) and meta["stopped_because"] == "max_steps"
+    assert [used[s] / DROP_CFG.lr for s in (6, 7, 9, 10)] == pytest.approx([1, 0.5, 0.5, 0.25])
+    curve = pd.read_parquet(tmp_path / "metrics.parquet")
+    assert curve["lr"].tolist() == pytest.approx([want[s] for s in curve["step"]])

@@ -105,6 +105,11 @@ class TrainConfig:
     queries: str = _OPTIONAL["queries"]
     binding_loss: float = _OPTIONAL["binding_loss"]  # weight of the binding loss (module doc); 0: off (paper)
     keep: str = _OPTIONAL["keep"]  # weights kept: "best" validation (paper) or "last" step (module doc)
+    # a plateau lowers the lr and training goes on (not in the paper; _Progress.validate): after this many
+    # validations without a gain of min_delta (once validation has left chance by plateau_above_chance) the lr is
+    # multiplied by lr_drop_factor, and again after as many more; None: off. The plateau stop (patience) stays
+    lr_drop_patience: int | None = _OPTIONAL["lr_drop_patience"]
+    lr_drop_factor: float = _OPTIONAL["lr_drop_factor"]
     # a length ramp (not in the paper; train_ramped): min_objects alone first, one more at a time
     ramp: bool = _OPTIONAL["ramp"]
     # the step runs the batch sorted by length, as sub-batches of at most this many positions, each cut to its
@@ -126,10 +131,13 @@ class TrainConfig:
             raise ValueError(f"TrainConfig.plateau_above_chance={self.plateau_above_chance} must lie in [0, 1)")
         if self.binding_loss < 0:
             raise ValueError(f"TrainConfig.binding_loss={self.binding_loss} must be >= 0")
+        if not 0 < self.lr_drop_factor < 1:
+            raise ValueError(f"TrainConfig.lr_drop_factor={self.lr_drop_factor} must lie in (0, 1)")
         if not 0 < self.val_images < 1:
             raise ValueError(f"TrainConfig.val_images={self.val_images} must lie in (0, 1)")
-        for key in ("batch_size", "eval_every", "val_size", "patience", "checkpoint_every", "sub_batch_tokens"):
-            if (value := getattr(self, key)) is not None and value < 1:  # sub_batch_tokens may be None
+        for key in ("batch_size", "eval_every", "val_size", "patience", "checkpoint_every", "sub_batch_tokens",
+                    "lr_drop_patience"):
+            if (value := getattr(self, key)) is not None and value < 1:  # the last two may be None
                 raise ValueError(f"TrainConfig.{key}={value} must be >= 1")
         if self.max_skipped_steps < 0:
             raise ValueError(f"TrainConfig.max_skipped_steps={self.max_skipped_steps} must be >= 0")
@@ -289,7 +297,7 @@ def train_stage(model: Transformer, spec: StageSpec, cfg: TrainConfig, out_dir: 
         batch = pack_queries(batch) if cfg.queries == "all" else batch
         progress.step += 1
         step = progress.step
-        loss, grad_norm, skipped = _step(net, model, opt, batch, cfg, step, device, bank)
+        loss, grad_norm, skipped = _step(net, model, opt, batch, cfg, step, device, bank, progress.lr_scale)
         losses.append(loss)
         skips.append(skipped)
         if callback is not None:
@@ -322,19 +330,20 @@ def train_stage(model: Transformer, spec: StageSpec, cfg: TrainConfig, out_dir: 
     return _finish(model, progress, cfg, what, how | (record or {}), out_dir)
 
 
-def _step(net, model: Transformer, opt, batch: Batch, cfg: TrainConfig, step: int, device, bank):
+def _step(net, model: Transformer, opt, batch: Batch, cfg: TrainConfig, step: int, device, bank,
+          lr_scale: float = 1.0):
     """One optimizer step (the `step`-th) on `batch`: the loss through `net` (the model, or its compiled forward),
     where `cfg.sub_batch_tokens` is set on length-sorted sub-batches of at most that many positions (the batch's
     loss, a mean over its prompts, with little padding: tasks.by_length), gradients clipped, the learning rate of
-    `step`, non-finite steps skipped (optimizer_step). Returns the loss, the gradient norm and whether the step was
-    skipped, all left on the device."""
+    `step` times `lr_scale` (the plateau's lr drops), non-finite steps skipped (optimizer_step). Returns the loss,
+    the gradient norm and whether the step was skipped, all left on the device."""
     parts = by_length(batch, cfg.sub_batch_tokens) if cfg.sub_batch_tokens else [batch]
     loss = sum(training_loss(net, part, cfg, device, bank) * (len(part) / len(batch)) for part in parts)
     opt.zero_grad(set_to_none=True)
     loss.backward()
     grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
     for g in opt.param_groups:
-        g["lr"] = lr_at(step, cfg)
+        g["lr"] = lr_at(step, cfg) * lr_scale
     return loss.detach(), grad_norm, optimizer_step(opt, loss, grad_norm)
 
 
@@ -406,6 +415,8 @@ class _Progress:
     history: list = field(default_factory=list)
     wall_before: float = 0.0  # seconds trained before a resume
     resumed: bool = False
+    lr_scale: float = 1.0  # the product of the lr drops so far (TrainConfig.lr_drop_patience)
+    last_drop: int = 0  # the step of the last lr drop
 
     @classmethod
     def resume_or_start(cls, path: Path, key: str, model, opt, rng: np.random.Generator, stage: str) -> _Progress:
@@ -419,7 +430,8 @@ class _Progress:
         log.info("resumed %s from step %d (best val acc %.4f)", stage, saved["step"], saved["best_acc"])
         return cls(best_state=best_state, step=saved["step"], best_acc=saved["best_acc"],
                    best_step=saved["best_step"], history=saved["history"],
-                   wall_before=saved.get("wall_seconds", 0.0), resumed=True)
+                   wall_before=saved.get("wall_seconds", 0.0), resumed=True, lr_scale=saved.get("lr_scale", 1.0),
+                   last_drop=saved.get("last_drop", 0))
 
     @property
     def skipped(self) -> int:
@@ -432,11 +444,14 @@ class _Progress:
         since the last one) and keep the weights if they are the best; return why the stage stops here, or None:
         more than max_skipped_steps skipped steps in the stage (the row's `finite` is then False), the target
         accuracy, or a plateau (no gain of min_delta for `patience` validations, once validation has left chance
-        by plateau_above_chance). `train_loss` is the mean over the steps that were not skipped."""
+        by plateau_above_chance); before that, with lr_drop_patience, it lowers the lr (`lr_scale`) each time
+        validation has not gained for that many validations since the best or the last drop. `train_loss` is the
+        mean over the steps that were not skipped."""
         trained, skipped = losses.double(), skips.bool()  # the one wait on the device between validations
         kept = trained[~skipped & torch.isfinite(trained)]
         self.history.append({"step": self.step, "train_loss": float(kept.mean()) if len(kept) else float("nan"),
-                             "val_accuracy": acc, "lr": lr_at(self.step, cfg), "grad_norm": float(grad_norm),
+                             "val_accuracy": acc, "lr": lr_at(self.step, cfg) * self.lr_scale,
+                             "grad_norm": float(grad_norm),
                              "steps_per_s": rate, "skipped_steps": int(skipped.sum())})
         self.history[-1]["finite"] = self.skipped <= cfg.max_skipped_steps
         if not self.history[-1]["finite"]:  # these weights are never kept (_finish)
@@ -449,6 +464,11 @@ class _Progress:
         learning = not cfg.plateau_above_chance or self.best_acc >= val_chance + cfg.plateau_above_chance
         if (self.step - self.best_step) >= cfg.patience * cfg.eval_every and learning:
             return "plateau"
+        waited = self.step - max(self.best_step, self.last_drop)
+        if cfg.lr_drop_patience is not None and waited >= cfg.lr_drop_patience * cfg.eval_every and learning:
+            self.lr_scale, self.last_drop = self.lr_scale * cfg.lr_drop_factor, self.step
+            log.info("step %d: no gain in %d validations, lr x %g from here (%.2e)", self.step, cfg.lr_drop_patience,
+                     cfg.lr_drop_factor, cfg.lr * self.lr_scale)
         return None
 
     def pass_through(self, acc: float) -> None:
@@ -461,7 +481,8 @@ class _Progress:
     def saved(self, rng: np.random.Generator, seconds: float) -> dict:
         """What a resume state records besides tensors (JSON metadata)."""
         return {"step": self.step, "best_acc": self.best_acc, "best_step": self.best_step, "history": self.history,
-                "rng_state": rng.bit_generator.state, "wall_seconds": self.wall_before + seconds}
+                "rng_state": rng.bit_generator.state, "wall_seconds": self.wall_before + seconds,
+                "lr_scale": self.lr_scale, "last_drop": self.last_drop}
 
 
 def _finish(model: Transformer, progress: _Progress, cfg: TrainConfig, what: dict, how: dict, out_dir: Path) -> dict:
