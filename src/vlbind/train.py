@@ -182,9 +182,10 @@ def optimizer_step(opt: torch.optim.Optimizer, loss: torch.Tensor, grad_norm: to
     return skipped
 
 
-def lr_at(step: int, cfg: TrainConfig) -> float:
-    """Linear warm-up over `warmup_steps` (step counted from 1), then constant."""
-    return cfg.lr * min(1.0, step / max(1, cfg.warmup_steps))
+def lr_at(step: int, cfg: TrainConfig, scale: float = 1.0) -> float:
+    """Linear warm-up over `warmup_steps` (step counted from 1), then constant; times `scale`, the product of the
+    plateau's lr drops so far (TrainConfig.lr_drop_patience)."""
+    return cfg.lr * scale * min(1.0, step / max(1, cfg.warmup_steps))
 
 
 def prompt_loss(logits: torch.Tensor, target: np.ndarray) -> torch.Tensor:
@@ -343,7 +344,7 @@ def _step(net, model: Transformer, opt, batch: Batch, cfg: TrainConfig, step: in
     loss.backward()
     grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
     for g in opt.param_groups:
-        g["lr"] = lr_at(step, cfg) * lr_scale
+        g["lr"] = lr_at(step, cfg, lr_scale)
     return loss.detach(), grad_norm, optimizer_step(opt, loss, grad_norm)
 
 
@@ -450,9 +451,8 @@ class _Progress:
         trained, skipped = losses.double(), skips.bool()  # the one wait on the device between validations
         kept = trained[~skipped & torch.isfinite(trained)]
         self.history.append({"step": self.step, "train_loss": float(kept.mean()) if len(kept) else float("nan"),
-                             "val_accuracy": acc, "lr": lr_at(self.step, cfg) * self.lr_scale,
-                             "grad_norm": float(grad_norm),
-                             "steps_per_s": rate, "skipped_steps": int(skipped.sum())})
+                             "val_accuracy": acc, "lr": lr_at(self.step, cfg, self.lr_scale),
+                             "grad_norm": float(grad_norm), "steps_per_s": rate, "skipped_steps": int(skipped.sum())})
         self.history[-1]["finite"] = self.skipped <= cfg.max_skipped_steps
         if not self.history[-1]["finite"]:  # these weights are never kept (_finish)
             return NON_FINITE
