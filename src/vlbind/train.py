@@ -355,6 +355,9 @@ def _log_validation(stage: str, spec: StageSpec, cfg: TrainConfig, progress: _Pr
              "%.0f tok/s, ETA to cap %s", stage, h["step"], cfg.max_steps, spec.min_objects, spec.max_objects,
              h["train_loss"], h["val_accuracy"], progress.best_acc, progress.best_step, progress.skipped, rate,
              rate * int((batch.roles != Role.PAD).sum()), _eta((cfg.max_steps - h["step"]) / max(rate, 1e-9)))
+    if progress.last_drop == h["step"] and h["step"]:
+        log.info("%s step %d: no gain in %d validations, lr x %g from here (%.2e)", stage, h["step"],
+                 cfg.lr_drop_patience, cfg.lr_drop_factor, cfg.lr * progress.lr_scale)
 
 
 RAMP_DIR = "ramp"  # a ramped stage's shorter lengths, each a stage directory of its own, n{max_objects}
@@ -467,8 +470,6 @@ class _Progress:
         waited = self.step - max(self.best_step, self.last_drop)
         if cfg.lr_drop_patience is not None and waited >= cfg.lr_drop_patience * cfg.eval_every and learning:
             self.lr_scale, self.last_drop = self.lr_scale * cfg.lr_drop_factor, self.step
-            log.info("step %d: no gain in %d validations, lr x %g from here (%.2e)", self.step, cfg.lr_drop_patience,
-                     cfg.lr_drop_factor, cfg.lr * self.lr_scale)
         return None
 
     def pass_through(self, acc: float) -> None:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from vlbind.stages import STAGE_PARENTS
+from vlbind.stages import CONTROLS, CURRICULUM, STAGE_PARENTS, VISION_STAGES, lineage
 
 HERE = Path(__file__).resolve().parent
 
@@ -80,6 +80,45 @@ def training() -> None:
         print(f"| {stage} | " + " | ".join(cells) + " |")
 
 
-for part in (claims, accuracy, mechanisms, training):
+def part_of(job: str) -> str:
+    """The part of the run a job (job_wall_times.csv's name, e.g. train/seed0-render_cnn/image) belongs to."""
+    kind, *_, last = job.split("/")
+    if kind != "train":
+        return {"encoders": "encoder, renderings, features", "render": "encoder, renderings, features",
+                "features": "encoder, renderings, features", "evaluate": "evaluation", "interp": "analyses"}.get(
+            kind, "tables and figures")
+    if last in VISION_STAGES:
+        return "image arm"
+    if last in CURRICULUM:
+        return "curriculum control"
+    if last in CONTROLS:
+        return "binding-loss control"
+    return "grounding" if last == "grounding" else "text arm"
+
+
+def cost() -> None:
+    """Job-minutes per part and seed, and each seed's training chain: text_s1 to grounding, then the longer of the
+    image arm and the curriculum control (what a seed waits with a core per job)."""
+    df = pd.read_csv(HERE / "job_wall_times.csv")
+    df["part"] = df.job.map(part_of)
+    df["seed"] = df.job.str.extract(r"seed(\d+)")[0]
+    minutes = df.groupby(["part", "seed"], dropna=False).seconds.sum().unstack("seed") / 60
+    per_seed = [s for s in minutes.columns if isinstance(s, str)]  # the rest (NaN): jobs of no one seed
+    print("| part | " + " | ".join(f"seed {s}" for s in per_seed) + " | all |")
+    print("|---|" + "---|" * (len(per_seed) + 1))
+    for part, row in minutes.iterrows():
+        print(f"| {part} | " + " | ".join("—" if pd.isna(row[s]) else f"{row[s]:.1f}" for s in per_seed)
+              + f" | {row.sum():.1f} |")
+    print("| **all** | " + " | ".join(f"{minutes[s].sum():.1f}" for s in per_seed)
+          + f" | **{minutes.sum().sum():.1f}** |")
+    train = df[df.job.str.startswith("train/")].assign(stage=lambda d: d.job.str.split("/").str[-1])
+    for seed, jobs in train.groupby("seed"):
+        took = jobs.set_index("stage").seconds
+        arms = [sum(took.get(s, 0.0) for s in lineage(last)) for last in ("noise_image_text", "noise_curriculum_text")]
+        print(f"\nseed {seed}'s training chain: {max(arms) / 60:.1f} minutes", end="")
+    print()
+
+
+for part in (claims, accuracy, mechanisms, training, cost):
     print(f"\n### {part.__name__}\n")
     part()
