@@ -96,9 +96,15 @@ def part_of(job: str) -> str:
     return "grounding" if last == "grounding" else "text arm"
 
 
+def chain(took: pd.Series, seed: str, last: str, encoder: str | None = None) -> float:
+    """Seconds of training from text_s1 to stage `last` of a seed (vision stages from its run with `encoder`)."""
+    return sum(took.get((f"seed{seed}-{encoder}" if s in VISION_STAGES else f"seed{seed}", s), 0.0)
+               for s in lineage(last))
+
+
 def cost() -> None:
-    """Job-minutes per part and seed, and each seed's training chain: text_s1 to grounding, then the longer of the
-    image arm and the curriculum control (what a seed waits with a core per job)."""
+    """Job-minutes per part and seed, and each seed's training chain: text_s1 to grounding, then the longest of each
+    encoder's image arm and the curriculum control (what a seed waits with a core per job)."""
     df = pd.read_csv(HERE / "job_wall_times.csv")
     df["part"] = df.job.map(part_of)
     df["seed"] = df.job.str.extract(r"seed(\d+)")[0]
@@ -111,11 +117,15 @@ def cost() -> None:
               + f" | {row.sum():.1f} |")
     print("| **all** | " + " | ".join(f"{minutes[s].sum():.1f}" for s in per_seed)
           + f" | **{minutes.sum().sum():.1f}** |")
-    train = df[df.job.str.startswith("train/")].assign(stage=lambda d: d.job.str.split("/").str[-1])
+    train = df[df.job.str.startswith("train/")].assign(
+        run=lambda d: d.job.str.split("/").str[1], stage=lambda d: d.job.str.split("/").str[-1])
+    took = train.set_index(["run", "stage"]).seconds
     for seed, jobs in train.groupby("seed"):
-        took = jobs.set_index("stage").seconds
-        arms = [sum(took.get(s, 0.0) for s in lineage(last)) for last in ("noise_image_text", "noise_curriculum_text")]
-        print(f"\nseed {seed}'s training chain: {max(arms) / 60:.1f} minutes", end="")
+        encoders = sorted({r.split("-", 1)[1] for r in jobs.run if "-" in r})  # the seed's vision runs
+        arms = {f"image arm ({e})": chain(took, seed, "noise_image_text", e) for e in encoders}
+        arms["curriculum control"] = chain(took, seed, "noise_curriculum_text")
+        print(f"\nseed {seed}'s training chain: {max(arms.values()) / 60:.1f} minutes ("
+              + ", ".join(f"{k} {v / 60:.1f}" for k, v in arms.items()) + ")", end="")
     print()
 
 
