@@ -591,6 +591,20 @@ def test_the_control_arm_is_its_text_parent_plus_the_image_arms_binding_loss_and
         "text_only, noise_text, image_text, noise_image_text: shuffled lists, no binding loss")
 
 
+def test_an_overlay_switches_a_start_off_with_null(tmp_path):
+    """mini's image stage starts on 2 objects; `start: null` in an overlay removes that start from the stage and from
+    the curriculum control's copy of it (their params, so both rerun), and changes nothing else of either."""
+    overlay = tmp_path / "nostart.yaml"
+    overlay.write_text("stages: {image: {start: null}}\n")
+    paths = [ROOT / "config/config.yaml", ROOT / "config/mini.yaml"]
+    mini, off = vlconfig.load(paths), vlconfig.load([*paths, overlay])
+    for stage in ("image", "curriculum_image"):
+        on, without = (vlconfig.stage_params(c, stage, "render_cnn") for c in (mini, off))
+        assert on["start"]["task"]["max_objects"] == 2 and "start" not in without
+        assert {k: v for k, v in on.items() if k != "start"} == without
+    assert vlconfig.stage_params(off, "image_text", "render_cnn")["start"]["steps"] == 1000  # other starts stay
+
+
 def test_the_curriculum_control_is_the_image_arm_with_every_context_in_text():
     """Each curriculum stage is its image stage's section (task, start, train: caps, binding loss) with
     image_fraction 0, from the same parent (grounding), trained once per seed (no encoder, no projector)."""

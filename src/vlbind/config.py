@@ -97,7 +97,7 @@ def _stage_specs(config: dict) -> dict:
     for name in STAGE_PARENTS:
         stage = stage_section(config, name)
         tasks = {f"stages.{name}.task": stage["task"]}
-        if "start" in stage:
+        if stage.get("start"):
             tasks[f"stages.{name}.start.task"] = {**stage["task"], **stage["start"]["task"]}
         for key, task in tasks.items():
             try:
@@ -232,7 +232,7 @@ def stage_section(config: dict, stage: str) -> dict:
         return config["stages"][stage]
     section = copy.deepcopy(config["stages"][CURRICULUM[stage]])
     section["task"]["image_fraction"] = 0.0
-    if "start" in section:
+    if section.get("start"):
         section["start"]["task"].pop("image_fraction", None)
     return section
 
@@ -254,7 +254,7 @@ def stage_params(config: dict, stage: str, encoder: str | None = None) -> dict:
     section = stage_section(config, stage)
     params = {"stage": stage, "parent": STAGE_PARENTS[stage], "task": _beside_defaults(section["task"], "task"),
               "train": _beside_defaults(stage_train(config, stage), "train")}
-    if "start" in section:
+    if section.get("start"):
         params["start"] = {"steps": section["start"]["steps"],
                            "task": _beside_defaults({**section["task"], **section["start"]["task"]}, "task")}
     if STAGE_PARENTS[stage] is None:
