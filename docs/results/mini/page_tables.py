@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from vlbind.config import run_name
 from vlbind.stages import CONTROLS, CURRICULUM, STAGE_PARENTS, VISION_STAGES, lineage
 
 HERE = Path(__file__).resolve().parent
@@ -98,8 +99,7 @@ def part_of(job: str) -> str:
 
 def chain(took: pd.Series, seed: str, last: str, encoder: str | None = None) -> float:
     """Seconds of training from text_s1 to stage `last` of a seed (vision stages from its run with `encoder`)."""
-    return sum(took.get((f"seed{seed}-{encoder}" if s in VISION_STAGES else f"seed{seed}", s), 0.0)
-               for s in lineage(last))
+    return sum(took.get((run_name(int(seed), s, encoder), s), 0.0) for s in lineage(last))
 
 
 def cost() -> None:
