@@ -146,12 +146,14 @@ RAMP_SPEC = StageSpec(8, 8, 8, 2, 4, shuffle=True)
 RAMP_CFG = TrainConfig(**{**CFG.__dict__, "ramp": True, "target_accuracy": 0.0, "max_steps": 30})  # 3 steps a length
 
 
-def by_hand(model, out, cfg=RAMP_CFG):
-    """The ramp written out: 2 objects, then 2..3, then the stage's 2..4, each a stage, the cap shared."""
+def by_hand(model, out, cfg=RAMP_CFG, before_last: float | None = None):
+    """The ramp written out: 2 objects, then 2..3, then the stage's 2..4, each a stage, the cap shared; the first
+    two to the target `before_last` where given."""
     done = 0
     for n, name in ((2, "text_s4_n2"), (3, "text_s4_n3"), (4, "text_s4")):
-        meta = train_stage(model, replace(RAMP_SPEC, max_objects=n), replace(cfg, max_steps=cfg.max_steps - done),
-                           out / name, stage=name)
+        target = before_last if before_last is not None and n < 4 else cfg.target_accuracy
+        meta = train_stage(model, replace(RAMP_SPEC, max_objects=n),
+                           replace(cfg, max_steps=cfg.max_steps - done, target_accuracy=target), out / name, stage=name)
         done += meta["steps"]
     return done
 
@@ -171,6 +173,21 @@ def test_a_ramp_trains_each_length_in_turn_as_its_own_stages_would(tmp_path):
     assert json.loads((tmp_path / "run" / "meta.json").read_text()) == meta
     row = training_summary([tmp_path / "run" / "meta.json"]).iloc[0]  # training.csv's row
     assert row["ramp_steps"] == 6 and [x.split(":")[:2] for x in row["ramp"].split()] == [["2", "3"], ["3", "3"]]
+
+
+def test_a_ramp_target_ends_the_shorter_lengths_and_the_stage_keeps_its_own_target(tmp_path):
+    cfg = replace(RAMP_CFG, target_accuracy=1.0, ramp_target=0.0, max_steps=12)  # the stage itself runs to its cap
+    ref, ramped = fresh(), fresh()
+    assert by_hand(ref, tmp_path / "hand", replace(cfg, ramp_target=None), before_last=0.0) == 12
+    meta = train_ramped(ramped, RAMP_SPEC, cfg, tmp_path / "run", stage="text_s4")
+    for k, v in ref.state_dict().items():
+        assert torch.equal(ramped.state_dict()[k], v), k
+    assert [(r["max_objects"], r["steps"], r["stopped_because"]) for r in meta["ramp"]] == [
+        (2, 3, "target_accuracy"), (3, 3, "target_accuracy")]
+    assert (meta["steps"], meta["stopped_because"], meta["train_config"]["target_accuracy"]) == (6, "max_steps", 1.0)
+    for n in (2, 3):
+        sub = json.loads((tmp_path / "run" / "ramp" / f"n{n}" / "meta.json").read_text())
+        assert sub["train_config"]["target_accuracy"] == 0.0
 
 
 def test_a_ramp_shares_its_stage_cap_and_a_cap_of_0_passes_the_weights_through(tmp_path):

@@ -112,6 +112,8 @@ class TrainConfig:
     lr_drop_factor: float = _OPTIONAL["lr_drop_factor"]
     # a length ramp (not in the paper; train_ramped): min_objects alone first, one more at a time
     ramp: bool = _OPTIONAL["ramp"]
+    # the target_accuracy of the ramp's lengths before the stage's own (train_ramped); None: target_accuracy
+    ramp_target: float | None = _OPTIONAL["ramp_target"]
     # the step runs the batch sorted by length, as sub-batches of at most this many positions, each cut to its
     # longest (the same loss with less padding; not in the paper; _step); None: whole. The config has a per-device
     # table (from_section)
@@ -133,6 +135,8 @@ class TrainConfig:
             raise ValueError(f"TrainConfig.binding_loss={self.binding_loss} must be >= 0")
         if not 0 < self.lr_drop_factor < 1:
             raise ValueError(f"TrainConfig.lr_drop_factor={self.lr_drop_factor} must lie in (0, 1)")
+        if self.ramp_target is not None and not 0 <= self.ramp_target <= 1:
+            raise ValueError(f"TrainConfig.ramp_target={self.ramp_target} must lie in [0, 1] (or be None)")
         if not 0 < self.val_images < 1:
             raise ValueError(f"TrainConfig.val_images={self.val_images} must lie in (0, 1)")
         for key in ("batch_size", "eval_every", "val_size", "patience", "checkpoint_every", "sub_batch_tokens",
@@ -369,7 +373,8 @@ def train_ramped(model: Transformer, spec: StageSpec, cfg: TrainConfig, out_dir:
     min_objects..n for n = min_objects + 1, ..., max_objects - 1, each a stage of its own in out_dir/ramp/n{n}
     (named `{stage}_n{n}`; a fresh AdamW with its warm-up, as every stage), then the stage itself. Every length
     ends by the stop rule (target, plateau, or the cap, which is the whole ramp's: `max_steps` less the steps
-    already taken) and the next starts from its weights; a length that ends on non-finite steps ends the ramp early.
+    already taken; the lengths before the stage's own aim at `cfg.ramp_target` where set) and the next starts from
+    its weights; a length that ends on non-finite steps ends the ramp early.
     The stage's meta lists the lengths before it (`ramp`: max_objects, steps, stopped_because, best_val_accuracy,
     skipped_steps, wall_seconds) and `ramp_steps`, their sum. A rerun (after a kill) keeps the lengths already done
     if the stage's settings and starting weights are those they were made from, and discards them otherwise.
@@ -395,8 +400,9 @@ def train_ramped(model: Transformer, spec: StageSpec, cfg: TrainConfig, out_dir:
             log.info("%s: length %d..%d already trained (%s), kept", stage, spec.min_objects, n, sub)
         else:
             left = max(cfg.max_steps - sum(x["steps"] for x in lengths), 0)
-            meta = train_stage(model, replace(spec, max_objects=n), replace(cfg, max_steps=left), sub,
-                               stage=f"{stage}_n{n}", **kwargs)
+            short = replace(cfg, max_steps=left, target_accuracy=cfg.target_accuracy if cfg.ramp_target is None
+                            else cfg.ramp_target)
+            meta = train_stage(model, replace(spec, max_objects=n), short, sub, stage=f"{stage}_n{n}", **kwargs)
         kwargs.pop("start", None)
         lengths.append({k: meta[k] for k in ("steps", "stopped_because", "best_val_accuracy", "wall_seconds")}
                        | {"skipped_steps": meta.get("skipped_steps", 0), "max_objects": n})  # 0: a length made before
