@@ -65,9 +65,9 @@ def profile_step(n: int, solo: float, train: TrainConfig, device: str) -> None:
           f"{sum(int((p.roles != Role.PAD).sum()) for p in parts) / train.max_steps:.0f} (the batch whole: "
           f"{sum(b.tokens.size for b in batches[3:]) / train.max_steps:.0f} positions)")
     for e in ops[:12]:
-        rate = f", {e.flops / 1e9 / train.max_steps:.2f} GFLOP a step at {e.flops / e.self_cpu_time_total / 1e3:.0f} " \
-               "GFLOP/s" if e.flops else ""
-        print(f"  {e.key[:48]:<48} {100 * e.self_cpu_time_total / total:5.1f} %{rate}")
+        gflop, seconds = e.flops / 1e9, e.self_cpu_time_total / 1e6
+        flops = f", {gflop / train.max_steps:.2f} GFLOP a step at {gflop / seconds:.0f} GFLOP/s" if e.flops else ""
+        print(f"  {e.key[:48]:<48} {100 * e.self_cpu_time_total / total:5.1f} %{flops}")
 
 
 def main() -> None:
