@@ -10,7 +10,8 @@ from vlbind.logs import setup_logging
 from vlbind.model import ModelConfig, Transformer
 from vlbind.settings import from_dict
 from vlbind.tasks import StageSpec
-from vlbind.train import TrainConfig, train_ramped
+from vlbind.attempts import train_ramped
+from vlbind.train import TrainConfig
 
 sm = snakemake  # noqa: F821 (injected by Snakemake)
 setup_logging(sm.log[0], history=Path(sm.output.model).with_name("train.log"))  # keeps killed attempts

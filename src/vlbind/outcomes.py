@@ -29,7 +29,9 @@ def divergence(curves: dict[str, pd.DataFrame], collapse_drop: float, metas: dic
     """Why a run counts as diverged, or None, from the training curves (metrics.parquet) of every stage in its lineage,
     in training order: the first stage that ended on non-finite steps (more than `train.max_skipped_steps` skipped for
     a non-finite loss or gradient; in a length of its ramp, from `metas`, or in its own curve: `finite` False), or
-    whose last validation accuracy lies more than `collapse_drop` below its best, or (with `metas`, the stages'
+    whose last validation accuracy lies more than `collapse_drop` below its best (for a stage retried under the retry
+    rule, in the curve of the attempt whose weights it kept: the others were discarded, and their curves one after
+    another would read as a collapse where a retry starts), or (with `metas`, the stages'
     meta.json, and `stall_margin`) that trained but whose best validation stayed within `stall_margin` of chance (the
     stage's `val_chance`): it stalled, e.g. on a plateau at chance, and what follows it builds on a model that learnt
     nothing there. Such runs are marked in the result tables and left out of means
@@ -39,6 +41,8 @@ def divergence(curves: dict[str, pd.DataFrame], collapse_drop: float, metas: dic
         for length in meta.get("ramp") or []:  # a ramped stage's shorter lengths, trained before its own curve
             if length["stopped_because"] == NON_FINITE:
                 return f"{stage}: non-finite steps in its ramp, at {length['max_objects']} objects"
+        if "attempt" in curve and "attempt" in meta:  # the retry rule: the kept attempt's own curve (vlbind.attempts)
+            curve = curve[curve["attempt"] == meta["attempt"]]
         if curve.empty:
             continue
         bad = curve[~curve["finite"]]

@@ -78,7 +78,9 @@ def training_summary(meta_paths: list[str | Path]) -> pd.DataFrame:
     the stage kept and their validation accuracy (train.keep), the validation set's chance (NaN for models
     trained before it was recorded), why it stopped, wall time (a ramp's lengths included); for a ramped stage
     (train.ramp) the steps of the lengths before its own (`ramp_steps`; `steps` and the step columns count its own
-    length) and per length `ramp`: max_objects:steps:best validation accuracy."""
+    length) and per length `ramp`: max_objects:steps:best validation accuracy; the retry rule's attempts of the
+    stage's own length (`attempts`, the kept one the last that ran unless none passed; `steps` counts them all) and
+    the retries of its ramp's lengths (`ramp_retries`: attempts beyond the first, summed; vlbind.attempts)."""
     from .files import read_json
 
     rows = []
@@ -93,7 +95,9 @@ def training_summary(meta_paths: list[str | Path]) -> pd.DataFrame:
                      "stopped_because": meta["stopped_because"],
                      "wall_minutes": (meta["wall_seconds"] + sum(r["wall_seconds"] for r in ramp)) / 60,
                      "ramp_steps": meta.get("ramp_steps", 0),
-                     "ramp": " ".join(f"{r['max_objects']}:{r['steps']}:{r['best_val_accuracy']:.3f}" for r in ramp)})
+                     "ramp": " ".join(f"{r['max_objects']}:{r['steps']}:{r['best_val_accuracy']:.3f}" for r in ramp),
+                     "attempts": len(meta.get("attempts") or [None]),
+                     "ramp_retries": sum(r.get("attempts", 1) - 1 for r in ramp)})
     return pd.DataFrame(rows)
 
 

@@ -8,7 +8,7 @@ criterion), a plateau (no gain of `min_delta` over the best for `patience` valid
 The weights kept are those of the best validation (`keep: "best"`, the paper's early stopping) or of the last
 step (`keep: "last"`: a fixed training budget, for a stage whose task its starting model already solves, where
 the best validation could come before the stage changed anything). A length ramp (`ramp`, not in the paper;
-train_ramped) trains the stage's task on min_objects objects first, then one more at a time. Training state
+attempts.train_ramped) trains the stage's task on min_objects objects first, then one more at a time. Training state
 (weights, optimizer, data RNG, curve) is saved atomically every `checkpoint_every` steps and a killed run
 resumes from it and reaches the same weights as an uninterrupted one; a saved state whose settings differ is
 discarded, not resumed (a raised `max_steps` is not a difference: kill a stage, raise its cap, and it resumes).
@@ -71,6 +71,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 RESUME_FILE = "resume.safetensors"
+STALLED = "stalled"  # an attempt ended by the stall rule (TrainConfig.stall_steps), to be retried
 
 
 # The settings a config may leave out (not in the paper, or off there): their one default is the schema's
@@ -110,10 +111,20 @@ class TrainConfig:
     # multiplied by lr_drop_factor, and again after as many more; None: off. The plateau stop (patience) stays
     lr_drop_patience: int | None = _OPTIONAL["lr_drop_patience"]
     lr_drop_factor: float = _OPTIONAL["lr_drop_factor"]
-    # a length ramp (not in the paper; train_ramped): min_objects alone first, one more at a time
+    # a length ramp (not in the paper; attempts.train_ramped): min_objects alone first, one more at a time
     ramp: bool = _OPTIONAL["ramp"]
-    # the target_accuracy of the ramp's lengths before the stage's own (train_ramped); None: target_accuracy
+    # the target_accuracy of the ramp's lengths before the stage's own (attempts.train_ramped); None: target_accuracy
     ramp_target: float | None = _OPTIONAL["ramp_target"]
+    # the retry rule (not in the paper; vlbind.attempts): up to `attempts` attempts of a stage (or ramp length) that
+    # ends below its pass bar (target_accuracy, else pass_accuracy), the cap shared, each retry at retry_lr_factor x
+    # the last one's lr; with a retry left an attempt also ends on the stall rule: `stall_steps` steps without a
+    # validation gain of `stall_gain`
+    attempts: int = _OPTIONAL["attempts"]
+    pass_accuracy: float | None = _OPTIONAL["pass_accuracy"]
+    stall_steps: int | None = _OPTIONAL["stall_steps"]
+    stall_gain: float = _OPTIONAL["stall_gain"]
+    retry_lr_factor: float = _OPTIONAL["retry_lr_factor"]  # each retry's lr: the last attempt's times this
+    attempt: int = 1  # which attempt this is (vlbind.attempts); from the second on it enters the data RNG
     # the step runs the batch sorted by length, as sub-batches of at most this many positions, each cut to its
     # longest (the same loss with less padding; not in the paper; _step); None: whole. The config has a per-device
     # table (from_section)
@@ -137,10 +148,18 @@ class TrainConfig:
             raise ValueError(f"TrainConfig.lr_drop_factor={self.lr_drop_factor} must lie in (0, 1)")
         if self.ramp_target is not None and not 0 <= self.ramp_target <= 1:
             raise ValueError(f"TrainConfig.ramp_target={self.ramp_target} must lie in [0, 1] (or be None)")
+        if self.pass_accuracy is not None and not 0 <= self.pass_accuracy <= 1:
+            raise ValueError(f"TrainConfig.pass_accuracy={self.pass_accuracy} must lie in [0, 1] (or be None)")
+        if not 1 <= self.attempt <= self.attempts:
+            raise ValueError(f"TrainConfig.attempt={self.attempt} must lie in 1..attempts={self.attempts}")
+        if not 0 < self.retry_lr_factor <= 1:
+            raise ValueError(f"TrainConfig.retry_lr_factor={self.retry_lr_factor} must lie in (0, 1]")
+        if not self.stall_gain > 0:
+            raise ValueError(f"TrainConfig.stall_gain={self.stall_gain} must be > 0")
         if not 0 < self.val_images < 1:
             raise ValueError(f"TrainConfig.val_images={self.val_images} must lie in (0, 1)")
         for key in ("batch_size", "eval_every", "val_size", "patience", "checkpoint_every", "sub_batch_tokens",
-                    "lr_drop_patience"):
+                    "lr_drop_patience", "attempts", "stall_steps"):
             if (value := getattr(self, key)) is not None and value < 1:  # the last two may be None
                 raise ValueError(f"TrainConfig.{key}={value} must be >= 1")
         if self.max_skipped_steps < 0:
@@ -148,6 +167,12 @@ class TrainConfig:
         if self.max_steps < 0:
             raise ValueError(f"TrainConfig.max_steps={self.max_steps} must be >= 0 (0: the stage passes its "
                              "starting weights through)")
+
+    @property
+    def pass_bar(self) -> float | None:
+        """The validation accuracy an attempt must reach to pass (vlbind.attempts): target_accuracy, else
+        pass_accuracy; None: the stage cannot fail, so it is never retried."""
+        return self.target_accuracy if self.target_accuracy is not None else self.pass_accuracy
 
     @classmethod
     def from_dict(cls, d: dict) -> TrainConfig:
@@ -252,13 +277,19 @@ def fingerprint(*parts) -> str:
     return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
+# the retry rule's settings only say when an attempt stops, never what a step does (as max_steps); the attempt index
+# changes the data stream, so a retry's key holds it (a first attempt's key is that of a stage without retries)
+RETRY_KEYS = ("attempts", "pass_accuracy", "stall_steps", "stall_gain", "retry_lr_factor", "attempt")
+
+
 def settings_key(stage: str, spec: StageSpec, cfg: TrainConfig, model: Transformer, parent: str | None,
                  start: tuple[StageSpec, int] | None) -> str:
-    """What a stage's saved progress was made with (its resume state, a ramp's lengths): a state whose key differs is
-    discarded. max_steps only says when to stop, never what a step does, so raising a cap keeps a killed run's
-    progress."""
-    return fingerprint(stage, spec.to_dict(), {**asdict(cfg), "max_steps": None}, model.cfg.to_dict(), parent,
-                       _weights_digest(model), *([start[0].to_dict(), start[1]] if start else []))
+    """What a stage's saved progress was made with (its resume state, a ramp's lengths, its attempts): a state whose
+    key differs is discarded. max_steps and the retry rule only say when to stop, never what a step does, so raising a
+    cap or changing the rule keeps a killed run's progress."""
+    settings = {k: v for k, v in asdict(cfg).items() if k not in RETRY_KEYS} | {"max_steps": None}
+    return fingerprint(stage, spec.to_dict(), settings, model.cfg.to_dict(), parent, _weights_digest(model),
+                       *([start[0].to_dict(), start[1]] if start else []), *([cfg.attempt] * (cfg.attempt > 1)))
 
 
 def train_stage(model: Transformer, spec: StageSpec, cfg: TrainConfig, out_dir: Path, *, stage: str,
@@ -276,7 +307,7 @@ def train_stage(model: Transformer, spec: StageSpec, cfg: TrainConfig, out_dir: 
     `callback(step)` runs after every optimizer step (tests use it to simulate a kill or inject a NaN).
     `optimizer` (not in the paper; default a fresh AdamW, make_optimizer): one over `model`'s parameters whose state
     carries over from the parent stage; its learning rate follows `cfg` (warm-up included) from this stage's step 1.
-    `record`: entries the meta adds or replaces (train_ramped: the ramp's lengths and the whole stage's settings).
+    `record`: entries the meta adds or replaces (attempts.train_ramped: the ramp's lengths and the whole stage's settings).
 
     In three parts: where the stage stands (`_Progress`: fresh, or resumed from a saved state made with the same
     settings), the loop of steps (`_step`) with a validation and the stop rule (`_Progress.validate`) every
@@ -285,7 +316,8 @@ def train_stage(model: Transformer, spec: StageSpec, cfg: TrainConfig, out_dir: 
     out_dir = Path(out_dir)
     model.to(device).train()
     opt = make_optimizer(model, cfg) if optimizer is None else optimizer
-    rng = np.random.default_rng([cfg.seed, int(fingerprint(stage), 16) % (2**32)])
+    # a retry draws a fresh data stream; the first attempt's is the one a stage without retries draws
+    rng = np.random.default_rng([cfg.seed, int(fingerprint(stage), 16) % (2**32)] + [cfg.attempt] * (cfg.attempt > 1))
     start_spec, start_steps = start if start is not None else (spec, 0)
     key = settings_key(stage, spec, cfg, model, parent, start)
     ckpt_every = math.ceil(cfg.checkpoint_every / cfg.eval_every) * cfg.eval_every
@@ -364,56 +396,6 @@ def _log_validation(stage: str, spec: StageSpec, cfg: TrainConfig, progress: _Pr
                  cfg.lr_drop_patience, cfg.lr_drop_factor, cfg.lr * progress.lr_scale)
 
 
-RAMP_DIR = "ramp"  # a ramped stage's shorter lengths, each a stage directory of its own, n{max_objects}
-
-
-def train_ramped(model: Transformer, spec: StageSpec, cfg: TrainConfig, out_dir: Path, *, stage: str,
-                 **kwargs) -> dict:
-    """train_stage, or with `cfg.ramp` a length ramp (not in the paper): the task on min_objects objects, then on
-    min_objects..n for n = min_objects + 1, ..., max_objects - 1, each a stage of its own in out_dir/ramp/n{n}
-    (named `{stage}_n{n}`; a fresh AdamW with its warm-up, as every stage), then the stage itself. Every length
-    ends by the stop rule (target, plateau, or the cap, which is the whole ramp's: `max_steps` less the steps
-    already taken; the lengths before the stage's own aim at `cfg.ramp_target` where set) and the next starts from
-    its weights; a length that ends on non-finite steps ends the ramp early.
-    The stage's meta lists the lengths before it (`ramp`: max_objects, steps, stopped_because, best_val_accuracy,
-    skipped_steps, wall_seconds) and `ramp_steps`, their sum. A rerun (after a kill) keeps the lengths already done
-    if the stage's settings and starting weights are those they were made from, and discards them otherwise.
-
-    On shuffled lists, a model from fixed-order text_s3 stays at chance on 2..8 objects from the start, and leaves
-    it with the ramp (docs/results/text-s4.md). kwargs go to train_stage (`start` applies to the first length)."""
-    if not cfg.ramp or spec.min_objects == spec.max_objects or cfg.max_steps == 0:
-        return train_stage(model, spec, cfg, out_dir, stage=stage, **kwargs)
-    out_dir, ramp_dir = Path(out_dir), Path(out_dir) / RAMP_DIR
-    key = settings_key(stage, spec, cfg, model, kwargs.get("parent"), kwargs.get("start"))
-    key_file = ramp_dir / "key.json"
-    if ramp_dir.exists() and (not key_file.is_file() or read_json(key_file, "ramp key").get("key") != key):
-        log.warning("%s: discarding %s, made with other settings or starting weights", stage, ramp_dir)
-        shutil.rmtree(ramp_dir)
-    ramp_dir.mkdir(parents=True, exist_ok=True)
-    write_json(key_file, {"key": key})
-    lengths = []
-    for n in range(spec.min_objects, spec.max_objects):
-        sub = ramp_dir / f"n{n}"
-        if (sub / META_FILE).is_file():  # done before a kill: its weights, not a second training
-            model.load_state_dict(load_tensors(sub / MODEL_FILE)[0])
-            meta = read_json(sub / META_FILE, "ramp length meta.json")
-            log.info("%s: length %d..%d already trained (%s), kept", stage, spec.min_objects, n, sub)
-        else:
-            left = max(cfg.max_steps - sum(x["steps"] for x in lengths), 0)
-            short = replace(cfg, max_steps=left, target_accuracy=cfg.target_accuracy if cfg.ramp_target is None
-                            else cfg.ramp_target)
-            meta = train_stage(model, replace(spec, max_objects=n), short, sub, stage=f"{stage}_n{n}", **kwargs)
-        kwargs.pop("start", None)
-        lengths.append({k: meta[k] for k in ("steps", "stopped_because", "best_val_accuracy", "wall_seconds")}
-                       | {"skipped_steps": meta.get("skipped_steps", 0), "max_objects": n})  # 0: a length made before
-        if meta["stopped_because"] == NON_FINITE:
-            break
-    ramp_steps = sum(x["steps"] for x in lengths)
-    last = replace(cfg, max_steps=max(cfg.max_steps - ramp_steps, 0))
-    return train_stage(model, spec, last, out_dir, stage=stage,
-                       record={"train_config": asdict(cfg), "ramp": lengths, "ramp_steps": ramp_steps}, **kwargs)
-
-
 @dataclass
 class _Progress:
     """Where a stage stands: steps done, the best validation and its weights, the curve; what a resume state
@@ -427,6 +409,8 @@ class _Progress:
     resumed: bool = False
     lr_scale: float = 1.0  # the product of the lr drops so far (TrainConfig.lr_drop_patience)
     last_drop: int = 0  # the step of the last lr drop
+    gain_acc: float = -1.0  # the stall rule's reference: the validation of the last gain of stall_gain ...
+    gain_step: int = 0  # ... and its step (TrainConfig.stall_steps)
 
     @classmethod
     def resume_or_start(cls, path: Path, key: str, model, opt, rng: np.random.Generator, stage: str) -> _Progress:
@@ -441,7 +425,8 @@ class _Progress:
         return cls(best_state=best_state, step=saved["step"], best_acc=saved["best_acc"],
                    best_step=saved["best_step"], history=saved["history"],
                    wall_before=saved.get("wall_seconds", 0.0), resumed=True, lr_scale=saved.get("lr_scale", 1.0),
-                   last_drop=saved.get("last_drop", 0))
+                   last_drop=saved.get("last_drop", 0), gain_acc=saved.get("gain_acc", -1.0),
+                   gain_step=saved.get("gain_step", 0))
 
     @property
     def skipped(self) -> int:
@@ -453,8 +438,9 @@ class _Progress:
         """Record a validation (its accuracy `acc`, the training `losses` and which steps were skipped, `skips`,
         since the last one) and keep the weights if they are the best; return why the stage stops here, or None:
         more than max_skipped_steps skipped steps in the stage (the row's `finite` is then False), the target
-        accuracy, or a plateau (no gain of min_delta for `patience` validations, once validation has left chance
-        by plateau_above_chance); before that, with lr_drop_patience, it lowers the lr (`lr_scale`) each time
+        accuracy, an attempt's stall (STALLED: with a retry left and below its pass bar, no gain of stall_gain for
+        stall_steps steps; vlbind.attempts), or a plateau (no gain of min_delta for `patience` validations, once
+        validation has left chance by plateau_above_chance); before that, with lr_drop_patience, it lowers the lr (`lr_scale`) each time
         validation has not gained for that many validations since the best or the last drop. `train_loss` is the
         mean over the steps that were not skipped."""
         trained, skipped = losses.double(), skips.bool()  # the one wait on the device between validations
@@ -470,6 +456,11 @@ class _Progress:
             self.best_state = {k: v.detach().clone() for k, v in model.state_dict().items()}
         if cfg.target_accuracy is not None and acc >= cfg.target_accuracy:
             return "target_accuracy"
+        if acc >= self.gain_acc + cfg.stall_gain or self.gain_acc < 0:
+            self.gain_acc, self.gain_step = acc, self.step
+        if cfg.stall_steps is not None and cfg.attempt < cfg.attempts and cfg.pass_bar is not None \
+                and self.best_acc < cfg.pass_bar and self.step - self.gain_step >= cfg.stall_steps:
+            return STALLED
         learning = not cfg.plateau_above_chance or self.best_acc >= val_chance + cfg.plateau_above_chance
         if (self.step - self.best_step) >= cfg.patience * cfg.eval_every and learning:
             return "plateau"
@@ -489,7 +480,8 @@ class _Progress:
         """What a resume state records besides tensors (JSON metadata)."""
         return {"step": self.step, "best_acc": self.best_acc, "best_step": self.best_step, "history": self.history,
                 "rng_state": rng.bit_generator.state, "wall_seconds": self.wall_before + seconds,
-                "lr_scale": self.lr_scale, "last_drop": self.last_drop}
+                "lr_scale": self.lr_scale, "last_drop": self.last_drop, "gain_acc": self.gain_acc,
+                "gain_step": self.gain_step}
 
 
 def _finish(model: Transformer, progress: _Progress, cfg: TrainConfig, what: dict, how: dict, out_dir: Path) -> dict:
@@ -504,7 +496,7 @@ def _finish(model: Transformer, progress: _Progress, cfg: TrainConfig, what: dic
     kept = progress.history[-1] if last else {"step": progress.best_step, "val_accuracy": best_acc}
     meta = {**what, "steps": progress.step, "best_step": progress.best_step, "best_val_accuracy": best_acc,
             "kept_step": kept["step"], "kept_val_accuracy": kept["val_accuracy"], **how}
-    save_model(out_dir, model, meta, pd.DataFrame(progress.history))
+    save_model(out_dir, model, meta, pd.DataFrame(progress.history).assign(attempt=cfg.attempt))
     (out_dir / RESUME_FILE).unlink(missing_ok=True)
     log.info("%s done: %s after %d steps, best val acc %.4f at step %d; kept the weights of step %d (%s)",
              meta["stage"], meta["stopped_because"], progress.step, best_acc, progress.best_step, kept["step"],
