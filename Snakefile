@@ -9,7 +9,8 @@ from vlbind.tables import run_summary
 min_version("8.0")
 
 
-configfile: "config/config.yaml"
+# beside the Snakefile, so that `snakemake --directory DIR` (an experiment in a results tree of its own) finds it
+configfile: Path(workflow.basedir) / "config/config.yaml"
 
 
 report: "workflow/report/workflow.rst"

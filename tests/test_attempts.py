@@ -169,3 +169,30 @@ def test_the_training_loop_s_stall_rule_is_the_replayed_one(window):
             break
     steps = 250 * np.arange(1, len(HOVER_THEN_JUMP) + 1)
     assert stop_at == stall_end(steps, np.array(HOVER_THEN_JUMP), 0.95, window, 0.01)
+
+
+def test_the_seed_table_counts_passes_at_the_first_attempt_and_with_retries_and_steps_to_target(tmp_path):
+    from vlbind.files import write_json
+    from vlbind.tables import seed_table, unit_outcomes
+
+    cfg = {"target_accuracy": 0.95, "ramp_target": None, "pass_accuracy": 0.95}
+    runs = {  # per seed: the 2..2 length (steps, best, attempts), then the stage's own (steps, best, attempts)
+        0: ((500, 0.99, 1), (700, 0.96, 1)),  # passes both at the first attempt
+        1: ((3500, 0.97, 2), (900, 0.951, 1)),  # the length needed a retry
+        2: ((400, 0.98, 1), (9000, 0.91, 3)),  # the stage never passed
+    }
+    paths = []
+    for seed, ((ls, lb, la), (ss, sb, sa)) in runs.items():
+        meta = {"stage": "text_s4", "train_config": cfg, "steps": ss, "best_val_accuracy": sb, "ramp_steps": ls,
+                "ramp": [{"max_objects": 2, "steps": ls, "best_val_accuracy": lb, "attempts": la}],
+                **({"attempts": [{}] * sa} if sa > 1 else {})}
+        paths.append(tmp_path / f"seed{seed}" / "text_s4" / "meta.json")
+        write_json(paths[-1], meta)
+    table = seed_table(unit_outcomes(paths), ["text_s4"]).set_index("unit")
+    assert list(table.index) == ["text_s4_n2", "text_s4"]
+    n2, own = table.loc["text_s4_n2"], table.loc["text_s4"]
+    assert (n2["runs"], n2["first_attempt_pass"], n2["pass_with_retries"], n2["retried_runs"]) == (3, 2 / 3, 1.0, 1)
+    assert (n2["median_steps_to_target"], n2["max_steps_to_target"]) == (500, 3500)
+    assert (own["first_attempt_pass"], own["pass_with_retries"], own["retried_runs"]) == (2 / 3, 2 / 3, 1)
+    # the stage's own row counts the whole stage: its ramp, then its own length (seeds 0 and 1 passed)
+    assert (own["median_steps_to_target"], own["max_steps_to_target"]) == ((1200 + 4400) / 2, 4400)

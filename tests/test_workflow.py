@@ -665,3 +665,25 @@ def test_training_priority_is_the_longest_chain_below_a_stage():
                       for leaf in leaves if stage in vlstages.lineage(leaf))
         assert vlstages.chain_below(stage) == longest, stage
     assert vlstages.chain_below("text_s1") == len(vlstages.lineage("noise_image_text"))
+
+
+def test_an_experiment_in_a_directory_of_its_own_trains_below_the_parents_it_copies_from_another_tree(smoke_tree,
+                                                                                                      tmp_path):
+    """`--directory` and `reuse`: text_s4 at another lr from the smoke tree's text_s3 weights, the smoke tree
+    untouched, and the many-seed table of the experiment."""
+    exp, overlay = tmp_path / "exp", tmp_path / "exp.yaml"
+    overlay.write_text(f"reuse: {{tree: {smoke_tree / 'results'}, stages: [text_s1, text_s2, text_s3]}}\n"
+                       "stages: {text_s4: {train: {lr: 0.002}}}\n")
+    before = {p: p.stat().st_mtime_ns for p in (smoke_tree / "results/models").rglob("*") if p.is_file()}
+    out = snakemake(smoke_tree, "-d", str(exp), "--configfile", "config/smoke.yaml", str(overlay),
+                    "results/tables/seeds/text_s4.csv").stdout
+    assert {p: p.stat().st_mtime_ns for p in before} == before
+    for seed in SEEDS:
+        copied, theirs = (d / f"results/models/seed{seed}/text_s3/model.safetensors" for d in (exp, smoke_tree))
+        assert copied.read_bytes() == theirs.read_bytes()
+        meta = json.loads((exp / f"results/models/seed{seed}/text_s4/meta.json").read_text())
+        assert meta["train_config"]["lr"] == 0.002
+    assert not (exp / "results/models/seed0/text_s2/train.log").exists(), out  # copied, never trained here
+    table = pd.read_csv(exp / "results/tables/seeds/text_s4.csv")
+    assert list(table["unit"][:3]) == ["text_s1", "text_s2", "text_s3"] and set(table["runs"]) == {len(SEEDS)}
+    assert table["unit"].iloc[-1] == "text_s4" and (exp / "results/figures/seeds/text_s4.pdf").stat().st_size > 0

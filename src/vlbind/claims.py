@@ -52,6 +52,7 @@ def per_run(evals: pd.DataFrame, order: str) -> pd.DataFrame:
     for (variant, run), d in df.groupby(["variant", "run"], sort=False):
         inside, ood = d[d["in_distribution"]], d[~d["in_distribution"]]
         rows.append({"variant": variant, "run": run, "seed": int(d["seed"].iloc[0]), "used": (variant, run) in used,
+                     "retries": int(d["retries"].max()) if "retries" in d else 0,
                      "in_distribution": inside["accuracy"].mean(), "in_chance": (1 / inside["n_objects"]).mean(),
                      "ood": ood["accuracy"].mean(), "ood_chance": (1 / ood["n_objects"]).mean()})
     return pd.DataFrame(rows)
@@ -258,5 +259,8 @@ def claims_table(evals: pd.DataFrame, circuits: pd.DataFrame) -> pd.DataFrame:
     columns = ["claim", "statement", "order", "a", "b", "n", "n_apart", "n_agree", "n_learnt", "n_unlearnt",
                "n_learnable", "a_in_distribution", "a_ood", "b_ood",
                "a_above_chance", "b_above_chance", "diff", "diff_se", "paper_diff", "p_sign", "per_run", "verdict",
-               "rule"]
+               "rule", "n_retried"]
+    retried = runs.groupby("variant")["retries"].apply(lambda r: int((r > 0).sum())).to_dict() if len(runs) else {}
+    for r in rows:  # runs of the row's variants whose training needed a retry (vlbind.attempts): disclosed
+        r["n_retried"] = sum(retried.get(v, 0) for v in f"{r.get('a') or ''}, {r.get('b') or ''}".split(", "))
     return pd.DataFrame([{"order": order, **r} for r in rows]).reindex(columns=columns)

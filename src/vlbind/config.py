@@ -13,7 +13,7 @@ import yaml
 
 from .schema import schema, schema_defaults
 from .settings import ConfigError  # defined on the bottom floor so every module can raise it
-from .stages import CONTROLS, CURRICULUM, STAGE_PARENTS, VARIANT_STAGE, VISION_STAGES
+from .stages import CONTROLS, CURRICULUM, STAGE_PARENTS, TEXT_STAGES, VARIANT_STAGE, VISION_STAGES
 
 # Keys that were renamed: dotted old path -> the new key (`*` = any name, the same in both). A config holding an
 # old key fails naming the new one, not with the schema's "additional properties" message.
@@ -81,7 +81,17 @@ def validate(config: dict) -> dict:
     _check_model(config, specs)
     _check_ranges(config)
     _check_encoders(config)
+    _check_reuse(config)
     return config
+
+
+def _check_reuse(config: dict) -> None:
+    reuse = config.get("reuse") or {}
+    bad = [s for s in reuse.get("stages", []) if s not in TEXT_STAGES]
+    if bad:
+        raise _error("reuse.stages", f"{bad} are not text stages; valid: {list(TEXT_STAGES)}")
+    if reuse.get("stages") and not reuse.get("tree"):
+        raise _error("reuse.tree", "reuse.stages is set, but not the results tree to copy them from")
 
 
 def _error(key: str, problem: str) -> ConfigError:

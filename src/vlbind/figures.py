@@ -122,12 +122,15 @@ def _count(n: int, noun: str) -> str:
 
 
 def _runs_used(s: pd.Series) -> str:
-    """'k of n runs': how many of a variant's runs its mean uses (FIG3_RUNS_NOTE says why the others are not)."""
-    return f"{int(s.runs)} of {int(s.runs + s.diverged_runs + s.unconverged_runs)} runs"
+    """'k of n runs': how many of a variant's runs its mean uses (FIG3_RUNS_NOTE says why the others are not), and
+    ', r retried' where r of them needed a retry (vlbind.attempts)."""
+    retried = int(getattr(s, "retried_runs", 0))
+    return f"{int(s.runs)} of {int(s.runs + s.diverged_runs + s.unconverged_runs)} runs" + (
+        f", {retried} retried" if retried else "")
 
 
 FIG3_RUNS_NOTE = ("k of n runs: the mean leaves out runs that diverged or did not converge "
-                  "(the OOD table says which).")
+                  "(the OOD table says which); r retried: runs whose training retried a stage (our retry rule).")
 
 
 @figure
@@ -149,6 +152,30 @@ def fig8(df: pd.DataFrame, path: str | Path, note: str = "") -> pd.DataFrame:
             ax.set_ylabel("accuracy")
     fig.suptitle("Accuracy vs context size, every run", fontsize=10)
     return save(fig, path, note)
+
+
+def steps_to_target(units: pd.DataFrame, path: str | Path, note: str = "") -> pd.DataFrame:
+    """Steps to target per unit (tables.unit_outcomes) across runs, one dot a run: filled where the unit passed (its
+    steps, retries included), an x where it did not (the steps it spent), ringed where it needed a retry. Not a figure
+    of the paper (the retry rule is ours: vlbind.attempts). Returns what it drew."""
+    order = list(dict.fromkeys(units.sort_values(["stage_rank", "order"])["unit"]))
+    fig, ax = plt.subplots(figsize=(max(4.0, 0.55 * len(order) + 1.5), 3.2))
+    x = units["unit"].map({u: i for i, u in enumerate(order)}) + np.linspace(-0.2, 0.2, len(units)) % 0.4 - 0.2
+    ok, retried = units["passed"], units["attempts"] > 1
+    ax.scatter(x[ok], units.loc[ok, "steps"], s=14, color="C0", label="passed")
+    ax.scatter(x[~ok], units.loc[~ok, "steps"], s=18, marker="x", color="C3", label="did not pass")
+    ax.scatter(x[retried], units.loc[retried, "steps"], s=60, facecolors="none", edgecolors="k", linewidths=0.6,
+               label="retried")
+    ax.set_xticks(range(len(order)), order, rotation=60, ha="right", fontsize=6)
+    ax.set_ylabel("steps to target (all attempts)")
+    ax.set_title(f"{units['run'].nunique()} runs", fontsize=8)
+    ax.legend(fontsize=6, frameon=False)
+    if note:
+        fig.text(0.01, 0.01, note, fontsize=5)
+    fig.tight_layout()
+    atomic_write(path, lambda tmp: fig.savefig(tmp, format="pdf"))
+    plt.close(fig)
+    return units[["unit", "run", "steps", "passed", "attempts"]]
 
 
 def fig7(objects: pd.DataFrame, image_dir: Path, path: str | Path, n: int = 24, seed: int = 0) -> pd.DataFrame:

@@ -76,12 +76,19 @@ def convergence(table: pd.DataFrame, min_in_distribution: float | None) -> str |
 def with_verdicts(table: pd.DataFrame, curves: dict[str, pd.DataFrame], metas: dict[str, dict],
                   rule: DivergenceRule, first_order: str) -> pd.DataFrame:
     """One run's evaluation `table` with its verdicts: `diverged` and why (`divergence`, from the training
-    `curves` and `metas` of its lineage, in training order) and `converged` and why not (`convergence`, on the
-    `first_order` evaluated)."""
+    `curves` and `metas` of its lineage, in training order), `converged` and why not (`convergence`, on the
+    `first_order` evaluated), and `retries`, the units of its lineage that needed a retry (retries)."""
     why = divergence(curves, rule.collapse_drop, metas, rule.stall_margin)
     shortfall = convergence(table[table["order"] == first_order], rule.min_in_distribution)
     return table.assign(diverged=why is not None, divergence=why or "", converged=shortfall is None,
-                        convergence=shortfall or "")
+                        convergence=shortfall or "", retries=retries(metas))
+
+
+def retries(metas: dict[str, dict]) -> int:
+    """How many units (stages, ramp lengths) of a run's lineage needed a retry under the retry rule (vlbind.attempts),
+    from their meta.json: what every table, figure and claim that shows the run discloses."""
+    return sum(len(m.get("attempts") or [None]) > 1 for m in metas.values()) + sum(
+        r.get("attempts", 1) > 1 for m in metas.values() for r in m.get("ramp") or [])
 
 
 def ood_average(table: pd.DataFrame) -> float:

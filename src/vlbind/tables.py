@@ -55,7 +55,8 @@ def ood_table(df: pd.DataFrame) -> pd.DataFrame:
 
 def ood_summary(df: pd.DataFrame) -> pd.DataFrame:
     """Per variant, over the rows of one prompt order: runs used, runs left out as diverged and as not converged,
-    mean and standard error of the per-run OOD averages of the runs used (NaN for a variant with none)."""
+    mean and standard error of the per-run OOD averages of the runs used (NaN for a variant with none), and the runs
+    whose training needed a retry (`retried_runs`, all runs)."""
     variants = df["variant"].unique()
     diverged = df[is_diverged(df)].groupby("variant")["run"].nunique().reindex(variants, fill_value=0)
     unconverged = df[~is_diverged(df) & is_unconverged(df)].groupby("variant")["run"].nunique().reindex(variants,
@@ -70,6 +71,8 @@ def ood_summary(df: pd.DataFrame) -> pd.DataFrame:
     reason = df["divergence"] if "divergence" in df else pd.Series("", index=df.index)
     stalled = df[is_diverged(df) & reason.str.contains(STALLED)].groupby("variant")["run"].nunique()
     out["stalled_runs"] = stalled.reindex(variants, fill_value=0).astype(int)  # of the diverged ones
+    retried = df[df["retries"] > 0] if "retries" in df else df.iloc[:0]  # the retry rule (vlbind.attempts)
+    out["retried_runs"] = retried.groupby("variant")["run"].nunique().reindex(variants, fill_value=0).astype(int)
     return out.reindex([v for v in VARIANT_ORDER if v in out.index] + [v for v in out.index if v not in VARIANT_ORDER])
 
 
@@ -101,10 +104,57 @@ def training_summary(meta_paths: list[str | Path]) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def unit_outcomes(meta_paths: list[str | Path]) -> pd.DataFrame:
+    """One row per run and unit (vlbind.attempts: each length of a stage's ramp, `{stage}_n{n}`, then the stage's own
+    length, `stage`) from the stages' meta.json: its pass bar (the target_accuracy it trained to, ramp_target for a
+    ramp's shorter lengths, else pass_accuracy; NaN: none), whether its best validation reached it (`passed`) and
+    at the first attempt (`first_attempt`), its attempts, and `steps`: every step it trained, retries included, so for
+    a unit that passed its steps to target; a ramped stage's own row counts its ramp's lengths too (`steps` of the
+    whole stage). `order` keeps the units in training order."""
+    from .files import read_json
+
+    rows = []
+    for p in meta_paths:
+        meta = read_json(p, "model meta.json")
+        cfg, run = meta.get("train_config", {}), Path(p).parent.parent.name
+        target = cfg.get("target_accuracy")
+        bar = target if target is not None else cfg.get("pass_accuracy")
+        short = cfg.get("ramp_target") if cfg.get("ramp_target") is not None else bar
+        units = [(f"{meta['stage']}_n{r['max_objects']}", short, r["steps"], r["best_val_accuracy"], r.get("attempts", 1))
+                 for r in meta.get("ramp") or []]
+        units.append((meta["stage"], bar, meta["steps"] + meta.get("ramp_steps", 0), meta["best_val_accuracy"],
+                      len(meta.get("attempts") or [None])))
+        for i, (unit, unit_bar, steps, best, attempts) in enumerate(units):
+            ok = unit_bar is None or (best is not None and best >= unit_bar)
+            rows.append({"run": run, "stage": meta["stage"], "unit": unit, "order": i, "bar": unit_bar,
+                         "best_val_accuracy": best, "passed": bool(ok), "first_attempt": bool(ok and attempts == 1),
+                         "attempts": attempts, "steps": steps})
+    return pd.DataFrame(rows, columns=["run", "stage", "unit", "order", "bar", "best_val_accuracy", "passed",
+                                       "first_attempt", "attempts", "steps"])
+
+
+def seed_table(units: pd.DataFrame, stage_order: list[str]) -> pd.DataFrame:
+    """Per unit over runs (seeds), from unit_outcomes: runs, the pass fraction at the first attempt and with retries,
+    runs retried, and over the runs that passed the median and max steps to target (NaN where none passed); units in
+    training order (`stage_order`, then each stage's ramp)."""
+    def summary(g: pd.DataFrame) -> pd.Series:
+        steps = g.loc[g["passed"], "steps"]
+        return pd.Series({"runs": len(g), "first_attempt_pass": g["first_attempt"].mean(),
+                          "pass_with_retries": g["passed"].mean(), "retried_runs": int((g["attempts"] > 1).sum()),
+                          "median_steps_to_target": steps.median() if len(steps) else np.nan,
+                          "max_steps_to_target": steps.max() if len(steps) else np.nan})
+
+    rank = {s: i for i, s in enumerate(stage_order)}
+    key = units.assign(rank=units["stage"].map(rank)).groupby("unit")[["rank", "order"]].first()
+    table = units.groupby("unit").apply(summary, include_groups=False)
+    table = table.astype({"runs": int, "retried_runs": int})
+    return table.loc[key.sort_values(["rank", "order"]).index].reset_index()
+
+
 def run_summary(ood_table: pd.DataFrame) -> str:
     """What the DAG prints when it finishes, from ood_accuracy.csv (columns order, variant, runs, ood_mean,
-    ood_se, diverged_runs, unconverged_runs): per prompt order and variant, how many runs converged and the mean
-    ± SE of their OOD accuracy."""
+    ood_se, diverged_runs, unconverged_runs, retried_runs): per prompt order and variant, how many runs converged, the
+    mean ± SE of their OOD accuracy, and how many runs needed a retry (vlbind.attempts)."""
     lines = ["runs converged and OOD accuracy (results/tables/ood_accuracy.csv):"]
     for r in ood_table.itertuples():
         total = r.runs + r.diverged_runs + r.unconverged_runs
@@ -112,6 +162,8 @@ def run_summary(ood_table: pd.DataFrame) -> str:
             f"OOD {100 * r.ood_mean:.1f} %" if r.runs else "no OOD mean")
         stalled = getattr(r, "stalled_runs", 0)
         why = f", {stalled} of them {STALLED}" if stalled else ""
+        retried = getattr(r, "retried_runs", 0)
         lines.append(f"  {r.order:<9} {r.variant:<18} {r.runs} of {total} runs converged"
-                     f"{f' ({r.diverged_runs} diverged{why})' if r.diverged_runs else ''}, {ood}")
+                     f"{f' ({r.diverged_runs} diverged{why})' if r.diverged_runs else ''}, {ood}"
+                     f"{f'; {retried} of {total} needed a retry' if retried else ''}")
     return "\n".join(lines)

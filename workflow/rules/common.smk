@@ -9,7 +9,10 @@ try:
 except vlconfig.ConfigError as e:
     raise WorkflowError(str(e)) from None
 
+REPO = workflow.basedir  # the library's sources, which some rules read as inputs, wherever the working directory is
 SEEDS = config["seeds"]
+REUSED = config["reuse"]["stages"]  # stages copied from another results tree (rule reuse_stage), not trained
+REUSE_TREE = config["reuse"]["tree"]
 ENCODERS = config["vision"]["encoders"]
 LAYOUT = config["render"]["layout"]
 BANK = f"results/banks/{LAYOUT}"

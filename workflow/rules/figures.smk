@@ -5,7 +5,7 @@
 rule fig3:
     input:
         tables=eval_tables(),
-        code="src/vlbind/figures.py",
+        code=REPO + "/src/vlbind/figures.py",
     output:
         pdf=report(
             "results/figures/fig3.pdf",
@@ -41,7 +41,7 @@ use rule fig3 as fig8 with:
 rule training_table:
     input:
         meta=all_meta(),
-        code="src/vlbind/tables.py",
+        code=REPO + "/src/vlbind/tables.py",
     output:
         csv=report(
             "results/tables/training.csv",
@@ -61,7 +61,7 @@ rule training_table:
 rule ood_table:
     input:
         tables=eval_tables(),
-        code="src/vlbind/tables.py",
+        code=REPO + "/src/vlbind/tables.py",
     output:
         csv=report(
             "results/tables/ood_accuracy.csv",
@@ -82,7 +82,7 @@ rule fig7:
     input:
         objects=f"{BANK}/objects.parquet",
         images=f"{BANK}/images",
-        code="src/vlbind/figures.py",
+        code=REPO + "/src/vlbind/figures.py",
     output:
         pdf=report(
             "results/figures/fig7.pdf",
@@ -97,3 +97,30 @@ rule fig7:
         "../envs/vlbind.yaml"
     script:
         "../../scripts/fig7.py"
+
+
+rule seed_table:
+    """Pass fractions and steps to target of every unit (stage, ramp length) of a stage's lineage over the seeds
+    (`seeds`; for an image-arm stage over seeds and encoders): the many-seed view of the retry rule."""
+    input:
+        meta=lambda wc: list(
+            dict.fromkeys(  # a text stage's file once, whatever the encoders below it
+                model_file(seed, s, enc, "meta.json")
+                for s in vlstages.lineage(wc.stage)
+                for seed in SEEDS
+                for enc in (ENCODERS if wc.stage in vlstages.VISION_STAGES else [None])
+            )
+        ),
+        code=REPO + "/src/vlbind/tables.py",
+    output:
+        csv="results/tables/seeds/{stage}.csv",
+        pdf="results/figures/seeds/{stage}.pdf",
+    log:
+        "results/logs/figures/seeds/{stage}.log",
+    params:
+        stages=lambda wc: vlstages.lineage(wc.stage),
+        note=config["figure_note"],
+    conda:
+        "../envs/vlbind.yaml"
+    script:
+        "../../scripts/seed_table.py"

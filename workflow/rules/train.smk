@@ -16,7 +16,7 @@ rule train_text:
     benchmark:
         "results/benchmarks/train/seed{seed}/{stage}.tsv"
     wildcard_constraints:
-        stage="|".join(vlstages.TEXT_STAGES),
+        stage="|".join(s for s in vlstages.TEXT_STAGES if s not in REUSED),
     priority: lambda wc: 10 + vlstages.chain_below(wc.stage)  # training first, the longest chains first
     conda:
         "../envs/vlbind.yaml"
@@ -47,3 +47,24 @@ use rule train_text as train_vision with:
     params:
         stage=lambda wc: vlconfig.stage_params(config, wc.stage, wc.encoder),
         device=config["device"],
+
+
+rule reuse_stage:
+    """A stage an experiment shares with another results tree (config key `reuse`): its files copied from there, so
+    that the stages below it train from the very weights the other tree's did."""
+    input:
+        model=f"{REUSE_TREE}/models/seed{{seed}}/{{stage}}/model.safetensors",
+        meta=f"{REUSE_TREE}/models/seed{{seed}}/{{stage}}/meta.json",
+        metrics=f"{REUSE_TREE}/models/seed{{seed}}/{{stage}}/metrics.parquet",
+    output:
+        model="results/models/seed{seed}/{stage}/model.safetensors",
+        meta="results/models/seed{seed}/{stage}/meta.json",
+        metrics="results/models/seed{seed}/{stage}/metrics.parquet",
+    log:
+        "results/logs/reuse/seed{seed}/{stage}.log",
+    wildcard_constraints:
+        stage="|".join(REUSED) or "^$",
+    localrule: True
+    shell:
+        "for f in model.safetensors meta.json metrics.parquet; do cp $(dirname {input.model})/$f $(dirname {output.model})/$f; done; "
+        "echo copied $(dirname {input.model}) > {log}"

@@ -1,0 +1,14 @@
+"""Snakemake adapter: the many-seed table of a stage's lineage (pass fractions, steps to target per unit) and its
+figure."""
+from vlbind import figures, tables
+from vlbind.files import atomic_write
+from vlbind.logs import setup_logging
+
+sm = snakemake  # noqa: F821
+log = setup_logging(sm.log[0])
+units = tables.unit_outcomes(sm.input.meta)
+table = tables.seed_table(units, sm.params.stages)
+atomic_write(sm.output.csv, lambda tmp: table.to_csv(tmp, index=False))
+rank = {s: i for i, s in enumerate(sm.params.stages)}
+figures.steps_to_target(units.assign(stage_rank=units["stage"].map(rank)), sm.output.pdf, sm.params.note)
+log.info("\n%s", table.to_string())
