@@ -3,6 +3,7 @@ from pathlib import Path
 
 import torch
 
+from vlbind.attempts import train_ramped
 from vlbind.bank import ImageBank
 from vlbind.checkpoint import load_model
 from vlbind.device import job_device
@@ -10,7 +11,6 @@ from vlbind.logs import setup_logging
 from vlbind.model import ModelConfig, Transformer
 from vlbind.settings import from_dict
 from vlbind.tasks import StageSpec
-from vlbind.attempts import train_ramped
 from vlbind.train import TrainConfig
 
 sm = snakemake  # noqa: F821 (injected by Snakemake)

@@ -120,8 +120,8 @@ def unit_outcomes(meta_paths: list[str | Path]) -> pd.DataFrame:
         target = cfg.get("target_accuracy")
         bar = target if target is not None else cfg.get("pass_accuracy")
         short = cfg.get("ramp_target") if cfg.get("ramp_target") is not None else bar
-        units = [(f"{meta['stage']}_n{r['max_objects']}", short, r["steps"], r["best_val_accuracy"], r.get("attempts", 1))
-                 for r in meta.get("ramp") or []]
+        units = [(f"{meta['stage']}_n{r['max_objects']}", short, r["steps"], r["best_val_accuracy"],
+                  r.get("attempts", 1)) for r in meta.get("ramp") or []]
         units.append((meta["stage"], bar, meta["steps"] + meta.get("ramp_steps", 0), meta["best_val_accuracy"],
                       len(meta.get("attempts") or [None])))
         for i, (unit, unit_bar, steps, best, attempts) in enumerate(units):

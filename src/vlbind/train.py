@@ -36,10 +36,9 @@ import json
 import logging
 import math
 import os
-import shutil
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -50,8 +49,6 @@ import torch.nn.functional as F
 
 from . import __version__
 from .checkpoint import (
-    META_FILE,
-    MODEL_FILE,
     load_optimizer_tensors,
     load_tensors,
     optimizer_tensors,
@@ -59,7 +56,7 @@ from .checkpoint import (
     save_model,
     save_tensors,
 )
-from .files import CorruptFileError, read_json, write_json
+from .files import CorruptFileError
 from .inference import accuracy, answer_logits
 from .model import Transformer
 from .schema import schema_defaults
@@ -307,7 +304,8 @@ def train_stage(model: Transformer, spec: StageSpec, cfg: TrainConfig, out_dir: 
     `callback(step)` runs after every optimizer step (tests use it to simulate a kill or inject a NaN).
     `optimizer` (not in the paper; default a fresh AdamW, make_optimizer): one over `model`'s parameters whose state
     carries over from the parent stage; its learning rate follows `cfg` (warm-up included) from this stage's step 1.
-    `record`: entries the meta adds or replaces (attempts.train_ramped: the ramp's lengths and the whole stage's settings).
+    `record`: entries the meta adds or replaces (attempts.train_ramped: the ramp's lengths and the whole stage's
+    settings).
 
     In three parts: where the stage stands (`_Progress`: fresh, or resumed from a saved state made with the same
     settings), the loop of steps (`_step`) with a validation and the stop rule (`_Progress.validate`) every
@@ -440,9 +438,9 @@ class _Progress:
         more than max_skipped_steps skipped steps in the stage (the row's `finite` is then False), the target
         accuracy, an attempt's stall (STALLED: with a retry left and below its pass bar, no gain of stall_gain for
         stall_steps steps; vlbind.attempts), or a plateau (no gain of min_delta for `patience` validations, once
-        validation has left chance by plateau_above_chance); before that, with lr_drop_patience, it lowers the lr (`lr_scale`) each time
-        validation has not gained for that many validations since the best or the last drop. `train_loss` is the
-        mean over the steps that were not skipped."""
+        validation has left chance by plateau_above_chance); before that, with lr_drop_patience, it lowers the lr
+        (`lr_scale`) each time validation has not gained for that many validations since the best or the last drop.
+        `train_loss` is the mean over the steps that were not skipped."""
         trained, skipped = losses.double(), skips.bool()  # the one wait on the device between validations
         kept = trained[~skipped & torch.isfinite(trained)]
         self.history.append({"step": self.step, "train_loss": float(kept.mean()) if len(kept) else float("nan"),

@@ -5,7 +5,7 @@
 rule fig3:
     input:
         tables=eval_tables(),
-        code=REPO + "/src/vlbind/figures.py",
+        code=f"{REPO}/src/vlbind/figures.py",
     output:
         pdf=report(
             "results/figures/fig3.pdf",
@@ -41,7 +41,7 @@ use rule fig3 as fig8 with:
 rule training_table:
     input:
         meta=all_meta(),
-        code=REPO + "/src/vlbind/tables.py",
+        code=f"{REPO}/src/vlbind/tables.py",
     output:
         csv=report(
             "results/tables/training.csv",
@@ -61,7 +61,7 @@ rule training_table:
 rule ood_table:
     input:
         tables=eval_tables(),
-        code=REPO + "/src/vlbind/tables.py",
+        code=f"{REPO}/src/vlbind/tables.py",
     output:
         csv=report(
             "results/tables/ood_accuracy.csv",
@@ -82,7 +82,7 @@ rule fig7:
     input:
         objects=f"{BANK}/objects.parquet",
         images=f"{BANK}/images",
-        code=REPO + "/src/vlbind/figures.py",
+        code=f"{REPO}/src/vlbind/figures.py",
     output:
         pdf=report(
             "results/figures/fig7.pdf",
@@ -111,16 +111,16 @@ rule seed_table:
                 for enc in (ENCODERS if wc.stage in vlstages.VISION_STAGES else [None])
             )
         ),
-        code=REPO + "/src/vlbind/tables.py",
+        code=f"{REPO}/src/vlbind/tables.py",
     output:
         csv="results/tables/seeds/{stage}.csv",
         pdf="results/figures/seeds/{stage}.pdf",
     log:
         "results/logs/figures/seeds/{stage}.log",
+    conda:
+        "../envs/vlbind.yaml"
     params:
         stages=lambda wc: vlstages.lineage(wc.stage),
         note=config["figure_note"],
-    conda:
-        "../envs/vlbind.yaml"
     script:
         "../../scripts/seed_table.py"

@@ -30,7 +30,7 @@ rule circuits:
     input:
         interchange=interp_tables("interchange"),
         probes=interp_tables("probes"),
-        code=REPO + "/src/vlbind/interp/circuits.py",
+        code=f"{REPO}/src/vlbind/interp/circuits.py",
     output:
         csv=report(
             "results/tables/circuits.csv",
@@ -53,7 +53,7 @@ rule claims:
     input:
         tables=eval_tables(),
         circuits=rules.circuits.output.csv,
-        code=REPO + "/src/vlbind/claims.py",
+        code=f"{REPO}/src/vlbind/claims.py",
     output:
         csv=report(
             "results/tables/claims.csv",
@@ -74,7 +74,7 @@ rule interp_figure:
     input:
         tables=lambda wc: interp_tables(INTERP_FIGURES[wc.fig]),
         circuits=rules.circuits.output.csv,
-        code=REPO + "/src/vlbind/figures.py",
+        code=f"{REPO}/src/vlbind/figures.py",
     output:
         pdf=report(
             "results/figures/{fig}.pdf",

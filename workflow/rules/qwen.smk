@@ -27,7 +27,7 @@ rule qwen_retrieval:
 rule fig2:
     input:
         tables=qwen_tables(),
-        code=REPO + "/src/vlbind/qwen/figures.py",
+        code=f"{REPO}/src/vlbind/qwen/figures.py",
     output:
         pdf=report(
             "results/figures/fig2.pdf",
@@ -77,7 +77,7 @@ rule qwen_binding:
 rule table1:
     input:
         tables=expand("results/qwen/binding/{model}.parquet", model=QWEN["models"]),
-        code=REPO + "/src/vlbind/qwen/binding.py",
+        code=f"{REPO}/src/vlbind/qwen/binding.py",
     output:
         csv=report(
             "results/tables/table1.csv",
@@ -116,7 +116,7 @@ rule qwen_probes:
 rule fig14:
     input:
         tables=expand("results/qwen/probes/{model}.parquet", model=QWEN["models"]),
-        code=REPO + "/src/vlbind/qwen/figures.py",
+        code=f"{REPO}/src/vlbind/qwen/figures.py",
     output:
         pdf=report(
             "results/figures/fig14.pdf",

@@ -65,6 +65,8 @@ rule reuse_stage:
     wildcard_constraints:
         stage="|".join(REUSED) or "^$",
     localrule: True
+    conda:
+        "../envs/vlbind.yaml"
     shell:
         "for f in model.safetensors meta.json metrics.parquet; do cp $(dirname {input.model})/$f $(dirname {output.model})/$f; done; "
         "echo copied $(dirname {input.model}) > {log}"
