@@ -39,12 +39,13 @@ from torch.nn.attention import SDPBackend
 
 from vlbind import config as vlconfig
 from vlbind import model as model_module
+from vlbind.attempts import train_ramped
 from vlbind.checkpoint import META_FILE, MODEL_FILE, load_tensors, optimizer_tensors, save_tensors
 from vlbind.device import precision_for
 from vlbind.files import read_json
 from vlbind.model import ModelConfig, Transformer
 from vlbind.tasks import StageSpec
-from vlbind.train import TrainConfig, make_optimizer, train_ramped, train_stage
+from vlbind.train import TrainConfig, make_optimizer, train_stage
 
 OPTIMIZER_FILE = "optimizer.safetensors"
 

@@ -12,7 +12,7 @@ configured. An arm is levers joined by '+' (`base`: none); none hands the model 
   context, the list whole; StageSpec.solo_fraction); `lookup=F`: one-hop lookups (query an association key,
   answer its item; StageSpec.lookup_fraction). Validation leaves practice prompts out.
 - `ramp`: a length ramp, 2 objects, then 2..3, ..., 2..8, each to --target on its own validation before the next
-  (the DAG's is train.train_ramped, `train.ramp`: the same lengths, but a length that ends short of its target on
+  (the DAG's is attempts.train_ramped, `train.ramp`: the same lengths, but a length that ends short of its target on
   the plateau rule moves on to the next, where this tool ends the run);
 - `carry`: the optimizer's state carried from the parent (its optimizer.safetensors) and through the ramp, with
   no second warm-up (without it every stage starts a fresh AdamW and warms up, as in the DAG);

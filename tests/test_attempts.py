@@ -196,3 +196,16 @@ def test_the_seed_table_counts_passes_at_the_first_attempt_and_with_retries_and_
     assert (own["first_attempt_pass"], own["pass_with_retries"], own["retried_runs"]) == (2 / 3, 2 / 3, 1)
     # the stage's own row counts the whole stage: its ramp, then its own length (seeds 0 and 1 passed)
     assert (own["median_steps_to_target"], own["max_steps_to_target"]) == ((1200 + 4400) / 2, 4400)
+
+
+@pytest.mark.parametrize("reuse, key", [({"tree": "/elsewhere/results", "stages": ["image"]}, "reuse.stages"),
+                                        ({"tree": None, "stages": ["text_s3"]}, "reuse.tree")])
+def test_an_experiment_reuses_text_stages_of_a_named_tree_or_the_config_says_what_is_wrong(reuse, key):
+    from pathlib import Path
+
+    from vlbind import config as vlconfig
+
+    root = Path(__file__).resolve().parents[1]
+    cfg = vlconfig.load([root / "config/config.yaml", root / "config/smoke.yaml"])
+    with pytest.raises(vlconfig.ConfigError, match=key.replace(".", r"\.")):
+        vlconfig.validate({**cfg, "reuse": reuse})
