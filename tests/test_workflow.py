@@ -675,8 +675,8 @@ def test_an_experiment_in_a_directory_of_its_own_trains_below_the_parents_it_cop
     overlay.write_text(f"reuse: {{tree: {smoke_tree / 'results'}, stages: [text_s1, text_s2, text_s3]}}\n"
                        "stages: {text_s4: {train: {lr: 0.002}}}\n")
     before = {p: p.stat().st_mtime_ns for p in (smoke_tree / "results/models").rglob("*") if p.is_file()}
-    out = snakemake(smoke_tree, "-d", str(exp), "--configfile", "config/smoke.yaml", str(overlay),
-                    "results/tables/seeds/text_s4.csv").stdout
+    out = snakemake(smoke_tree, "-d", str(exp), "results/tables/seeds/text_s4.csv", "--configfile", "config/smoke.yaml",
+                    str(overlay)).stdout
     assert {p: p.stat().st_mtime_ns for p in before} == before
     for seed in SEEDS:
         copied, theirs = (d / f"results/models/seed{seed}/text_s3/model.safetensors" for d in (exp, smoke_tree))
