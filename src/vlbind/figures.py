@@ -160,7 +160,8 @@ def steps_to_target(units: pd.DataFrame, path: str | Path, note: str = "") -> pd
     of the paper (the retry rule is ours: vlbind.attempts). Returns what it drew."""
     order = list(dict.fromkeys(units.sort_values(["stage_rank", "order"])["unit"]))
     fig, ax = plt.subplots(figsize=(max(4.0, 0.55 * len(order) + 1.5), 3.2))
-    x = units["unit"].map({u: i for i, u in enumerate(order)}) + np.linspace(-0.2, 0.2, len(units)) % 0.4 - 0.2
+    rank, size = units.groupby("unit").cumcount(), units.groupby("unit")["unit"].transform("size")
+    x = units["unit"].map({u: i for i, u in enumerate(order)}) + 0.4 * ((rank + 0.5) / size - 0.5)  # runs side by side
     ok, retried = units["passed"], units["attempts"] > 1
     ax.scatter(x[ok], units.loc[ok, "steps"], s=14, color="C0", label="passed")
     ax.scatter(x[~ok], units.loc[~ok, "steps"], s=18, marker="x", color="C3", label="did not pass")
