@@ -9,6 +9,5 @@ log = setup_logging(sm.log[0])
 units = tables.unit_outcomes(sm.input.meta)
 table = tables.seed_table(units, sm.params.stages)
 atomic_write(sm.output.csv, lambda tmp: table.to_csv(tmp, index=False))
-rank = {s: i for i, s in enumerate(sm.params.stages)}
-figures.steps_to_target(units.assign(stage_rank=units["stage"].map(rank)), sm.output.pdf, sm.params.note)
+figures.steps_to_target(units, tables.unit_order(units, sm.params.stages), sm.output.pdf, sm.params.note)
 log.info("\n%s", table.to_string())

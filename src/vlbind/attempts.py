@@ -5,15 +5,14 @@ more at a time, each length starting from the last one's weights). The retry rul
 unit that ends with its best validation below the unit's pass bar (`target_accuracy`, else `pass_accuracy`; a unit
 with neither cannot fail) starts again from the weights the unit started from, with a fresh data stream (the attempt
 index enters the data RNG and the resume key), a fresh AdamW and the last attempt's lr times `retry_lr_factor`, up
-to `attempts` attempts. An attempt with a retry
-left also ends on the stall rule (`stall_steps` steps without a validation gain of `stall_gain`: train._Progress);
+to `attempts` attempts. An attempt with a retry left also ends on the stall rule (`stall_steps` steps without a validation gain of `stall_gain`: train._Progress);
 the last attempt runs to the stop rule as a stage without retries does.
 
 Worst case: the attempts share the unit's cap (`max_steps`), and a ramp's lengths share the stage's, so a stage
 never trains more steps than its cap, retries or not. The unit keeps the first attempt that passes, else the one
 with the best validation (the run is then marked as without the rule: outcomes.divergence, the convergence bar).
 
-Files: with the rule on, each attempt is a stage directory of its own, `{unit}/a{k}` (model, meta.json, metrics.parquet
+Files: with the rule on, each attempt is a stage directory of its own, `{unit}/attempts/a{k}` (model, meta.json, metrics.parquet
 with an `attempt` column, its resume state while it trains); the unit's directory holds the kept attempt's weights,
 the attempts' curves one after another (the `attempt` column tells them apart) and a meta.json whose `steps` count
 every attempt (what the cap counts), `attempt` names the kept one and `attempts` lists each (steps, why it stopped,
@@ -38,6 +37,7 @@ import pandas as pd
 
 from .checkpoint import META_FILE, METRICS_FILE, MODEL_FILE, load_tensors, save_model
 from .files import read_json, write_json
+from .outcomes import attempt_count
 from .settings import NON_FINITE
 from .tasks import StageSpec
 from .train import TrainConfig, settings_key, train_stage
@@ -82,7 +82,7 @@ def train_ramped(model, spec: StageSpec, cfg: TrainConfig, out_dir: Path, *, sta
         kwargs.pop("start", None)
         lengths.append({k: meta[k] for k in ("steps", "stopped_because", "best_val_accuracy", "wall_seconds")}
                        | {"skipped_steps": meta.get("skipped_steps", 0), "max_objects": n}  # 0: a length made before
-                       | {"attempts": len(meta.get("attempts") or [None])})
+                       | {"attempts": attempt_count(meta)})
         if meta["stopped_because"] == NON_FINITE:
             break
     ramp_steps = sum(x["steps"] for x in lengths)

@@ -154,11 +154,11 @@ def fig8(df: pd.DataFrame, path: str | Path, note: str = "") -> pd.DataFrame:
     return save(fig, path, note)
 
 
-def steps_to_target(units: pd.DataFrame, path: str | Path, note: str = "") -> pd.DataFrame:
-    """Steps to target per unit (tables.unit_outcomes) across runs, one dot a run: filled where the unit passed (its
-    steps, retries included), an x where it did not (the steps it spent), ringed where it needed a retry. Not a figure
-    of the paper (the retry rule is ours: vlbind.attempts). Returns what it drew."""
-    order = list(dict.fromkeys(units.sort_values(["stage_rank", "order"])["unit"]))
+def steps_to_target(units: pd.DataFrame, order: list[str], path: str | Path, note: str = "") -> pd.DataFrame:
+    """Steps to target per unit (tables.unit_outcomes) across runs, the units in `order` (tables.unit_order), one dot
+    a run: filled where the unit passed (its steps, retries included), an x where it did not (the steps it spent),
+    ringed where it needed a retry. Not a figure of the paper (the retry rule is ours: vlbind.attempts). Returns what
+    it drew."""
     fig, ax = plt.subplots(figsize=(max(4.0, 0.55 * len(order) + 1.5), 3.2))
     rank, size = units.groupby("unit").cumcount(), units.groupby("unit")["unit"].transform("size")
     x = units["unit"].map({u: i for i, u in enumerate(order)}) + 0.4 * ((rank + 0.5) / size - 0.5)  # runs side by side

@@ -84,11 +84,17 @@ def with_verdicts(table: pd.DataFrame, curves: dict[str, pd.DataFrame], metas: d
                         convergence=shortfall or "", retries=retries(metas))
 
 
+def attempt_count(meta: dict) -> int:
+    """How many attempts a unit trained under the retry rule (vlbind.attempts), from its meta.json or its entry in a
+    ramp's `ramp` list; 1 for one made without the rule or where it did not apply."""
+    listed = meta.get("attempts", 1)
+    return len(listed) if isinstance(listed, list) else listed
+
+
 def retries(metas: dict[str, dict]) -> int:
     """How many units (stages, ramp lengths) of a run's lineage needed a retry under the retry rule (vlbind.attempts),
     from their meta.json: what every table, figure and claim that shows the run discloses."""
-    return sum(len(m.get("attempts") or [None]) > 1 for m in metas.values()) + sum(
-        r.get("attempts", 1) > 1 for m in metas.values() for r in m.get("ramp") or [])
+    return sum(attempt_count(u) > 1 for m in metas.values() for u in [m, *(m.get("ramp") or [])])
 
 
 def ood_average(table: pd.DataFrame) -> float:

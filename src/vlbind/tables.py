@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from .outcomes import STALLED, ood_average
+from .outcomes import STALLED, attempt_count, ood_average
 from .stages import VARIANT_STAGE
 
 # the paper's four, then the curriculum control (stages.CURRICULUM: the image arm's curriculum in text), then the
@@ -99,8 +99,7 @@ def training_summary(meta_paths: list[str | Path]) -> pd.DataFrame:
                      "wall_minutes": (meta["wall_seconds"] + sum(r["wall_seconds"] for r in ramp)) / 60,
                      "ramp_steps": meta.get("ramp_steps", 0),
                      "ramp": " ".join(f"{r['max_objects']}:{r['steps']}:{r['best_val_accuracy']:.3f}" for r in ramp),
-                     "attempts": len(meta.get("attempts") or [None]),
-                     "ramp_retries": sum(r.get("attempts", 1) - 1 for r in ramp)})
+                     "attempts": attempt_count(meta), "ramp_retries": sum(attempt_count(r) - 1 for r in ramp)})
     return pd.DataFrame(rows)
 
 
@@ -121,9 +120,9 @@ def unit_outcomes(meta_paths: list[str | Path]) -> pd.DataFrame:
         bar = target if target is not None else cfg.get("pass_accuracy")
         short = cfg.get("ramp_target") if cfg.get("ramp_target") is not None else bar
         units = [(f"{meta['stage']}_n{r['max_objects']}", short, r["steps"], r["best_val_accuracy"],
-                  r.get("attempts", 1)) for r in meta.get("ramp") or []]
+                  attempt_count(r)) for r in meta.get("ramp") or []]
         units.append((meta["stage"], bar, meta["steps"] + meta.get("ramp_steps", 0), meta["best_val_accuracy"],
-                      len(meta.get("attempts") or [None])))
+                      attempt_count(meta)))
         for i, (unit, unit_bar, steps, best, attempts) in enumerate(units):
             ok = unit_bar is None or (best is not None and best >= unit_bar)
             rows.append({"run": run, "stage": meta["stage"], "unit": unit, "order": i, "bar": unit_bar,
@@ -144,11 +143,17 @@ def seed_table(units: pd.DataFrame, stage_order: list[str]) -> pd.DataFrame:
                           "median_steps_to_target": steps.median() if len(steps) else np.nan,
                           "max_steps_to_target": steps.max() if len(steps) else np.nan})
 
-    rank = {s: i for i, s in enumerate(stage_order)}
-    key = units.assign(rank=units["stage"].map(rank)).groupby("unit")[["rank", "order"]].first()
     table = units.groupby("unit").apply(summary, include_groups=False)
     table = table.astype({"runs": int, "retried_runs": int})
-    return table.loc[key.sort_values(["rank", "order"]).index].reset_index()
+    return table.loc[unit_order(units, stage_order)].reset_index()
+
+
+def unit_order(units: pd.DataFrame, stage_order: list[str]) -> list[str]:
+    """The units of unit_outcomes in training order: by stage (`stage_order`), then a stage's ramp lengths before its
+    own length."""
+    rank = {s: i for i, s in enumerate(stage_order)}
+    key = units.assign(rank=units["stage"].map(rank)).groupby("unit")[["rank", "order"]].first()
+    return list(key.sort_values(["rank", "order"]).index)
 
 
 def run_summary(ood_table: pd.DataFrame) -> str:

@@ -68,5 +68,5 @@ rule reuse_stage:
     conda:
         "../envs/vlbind.yaml"
     shell:
-        "for f in model.safetensors meta.json metrics.parquet; do cp $(dirname {input.model})/$f $(dirname {output.model})/$f; done; "
-        "echo copied $(dirname {input.model}) > {log}"
+        "cp {input.model} {output.model} && cp {input.meta} {output.meta} && cp {input.metrics} {output.metrics} "
+        "&& echo copied {input.model}, {input.meta}, {input.metrics} > {log}"
