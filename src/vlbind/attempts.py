@@ -5,20 +5,21 @@ more at a time, each length starting from the last one's weights). The retry rul
 unit that ends with its best validation below the unit's pass bar (`target_accuracy`, else `pass_accuracy`; a unit
 with neither cannot fail) starts again from the weights the unit started from, with a fresh data stream (the attempt
 index enters the data RNG and the resume key), a fresh AdamW and the last attempt's lr times `retry_lr_factor`, up
-to `attempts` attempts. An attempt with a retry left also ends on the stall rule (`stall_steps` steps without a validation gain of `stall_gain`: train._Progress);
-the last attempt runs to the stop rule as a stage without retries does.
+to `attempts` attempts. An attempt with a retry left also ends on the stall rule (`stall_steps` steps without a
+validation gain of `stall_gain`: train._Progress); the last attempt runs to the stop rule as a stage without
+retries does.
 
 Worst case: the attempts share the unit's cap (`max_steps`), and a ramp's lengths share the stage's, so a stage
 never trains more steps than its cap, retries or not. The unit keeps the first attempt that passes, else the one
 with the best validation (the run is then marked as without the rule: outcomes.divergence, the convergence bar).
 
-Files: with the rule on, each attempt is a stage directory of its own, `{unit}/attempts/a{k}` (model, meta.json, metrics.parquet
-with an `attempt` column, its resume state while it trains); the unit's directory holds the kept attempt's weights,
-the attempts' curves one after another (the `attempt` column tells them apart) and a meta.json whose `steps` count
-every attempt (what the cap counts), `attempt` names the kept one and `attempts` lists each (steps, why it stopped,
-best validation). A first attempt trains exactly as a stage without the rule: same data, same weights. A kill
-resumes in the middle of any attempt; attempts and lengths made with other settings or starting weights are
-discarded (their `key.json`).
+Files: with the rule on, each attempt is a stage directory of its own, `{unit}/attempts/a{k}` (model, meta.json,
+metrics.parquet with an `attempt` column, its resume state while it trains); the unit's directory holds the kept
+attempt's weights, the attempts' curves one after another (the `attempt` column tells them apart) and a meta.json
+whose `steps` count every attempt (what the cap counts), `attempt` names the kept one and `attempts` lists each
+(steps, why it stopped, best validation). A first attempt trains exactly as a stage without the rule: same data,
+same weights. A kill resumes in the middle of any attempt; attempts and lengths made with other settings or starting
+weights are discarded (their `key.json`).
 
 `stall_end` and `expected_steps_to_pass` replay the stall rule on recorded validation curves (its calibration,
 docs/results/retries.md).
