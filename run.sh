@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Quickstart entry point: creates .venv/ with everything vlbind needs (if missing), then
-#   ./run.sh mini [snakemake args]   the whole DAG at the CPU `mini` scale -> results/figures/*.pdf
+#   ./run.sh mini [snakemake args]   the whole DAG at the CPU `mini` scale -> results/figures/*.pdf, one job per
+#                                    core of this machine (`--cores N` among the args: N instead)
 #   ./run.sh test [pytest args]      the test suite
 #   ./run.sh install                 only the install step
 set -euo pipefail
@@ -19,7 +20,9 @@ fi
 cmd=${1:-}
 shift || true
 case "$cmd" in
-    mini) exec .venv/bin/snakemake "$@" --cores 2 --configfile config/mini.yaml ;;
+    # the machine's cores first, so that a --cores among the args wins (snakemake keeps the last)
+    mini) exec .venv/bin/snakemake --cores "$(nproc 2>/dev/null || getconf _NPROCESSORS_ONLN)" "$@" \
+        --configfile config/mini.yaml ;;
     test) exec .venv/bin/python -m pytest "$@" ;;
     install) ;;
     *) echo "usage: ./run.sh mini|test|install [args]" >&2; exit 2 ;;

@@ -537,6 +537,30 @@ def test_readme_commands_run_as_written_in_the_smoke_tree(smoke_tree):
         assert proc.returncode == 0, f"{command}\n{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}"
 
 
+@pytest.mark.parametrize(("machine_cores", "args", "cores"), [(7, [], 7), (16, ["-n"], 16), (7, ["--cores", "3"], 3)])
+def test_run_sh_mini_runs_one_job_per_core_of_the_machine_unless_told(tmp_path, machine_cores, args, cores):
+    """./run.sh mini gives snakemake the machine's core count (nproc, shimmed here), and a user's --cores wins:
+    the arguments run.sh passes are read back with snakemake's own parser."""
+    from snakemake.cli import get_argument_parser
+
+    (tmp_path / "bin").mkdir()
+    shutil.copy(ROOT / "run.sh", tmp_path)
+    (tmp_path / "pyproject.toml").touch()
+    os.utime(tmp_path / "pyproject.toml", (0, 0))  # older than the stamp below
+    venv = tmp_path / ".venv/bin"
+    venv.mkdir(parents=True)
+    (tmp_path / ".venv/.vlbind-installed").touch()  # installed: run.sh goes straight to the command
+    for name, body in ((tmp_path / "bin/nproc", f"echo {machine_cores}"), (venv / "snakemake", 'printf "%s\\n" "$@"')):
+        name.write_text(f"#!/usr/bin/env bash\n{body}\n")
+        name.chmod(0o755)
+    env = {**os.environ, "PATH": f"{tmp_path / 'bin'}:{os.environ['PATH']}"}
+    proc = subprocess.run(["bash", "run.sh", "mini", *args], cwd=tmp_path, env=env, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    parsed = get_argument_parser().parse_args(proc.stdout.splitlines())
+    assert (parsed.cores, parsed.configfile) == (cores, [Path("config/mini.yaml")])
+    assert parsed.dryrun == ("-n" in args)
+
+
 def test_mini_trains_the_papers_shuffled_text_arm_and_the_fixed_order_overlay_switches_only_that():
     """mini trains text_s4 (the paper config's ramp, practice prompts and batch; lr 1e-3, measured on this CPU),
     text_s5 and noise_text on shuffled lists as the paper config does, evaluates shuffled prompts first and
