@@ -1,0 +1,53 @@
+"""The documentation quotes what was measured: README's results against the committed tables of the run they are
+from, and every link between the pages resolves."""
+
+import re
+from collections import Counter
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+MINI = ROOT / "docs/results/mini"  # the run README's results are from (docs/results/mini/export.py)
+LABELS = r"(Positional|Symbolic-A|Symbolic-B|none)"
+
+
+def readme_results_rows() -> list[list[str]]:
+    section = (ROOT / "README.md").read_text().split("## Results at a glance")[1].split("\n## ")[0]
+    rows = [[c.strip() for c in line.strip("|").split("|")] for line in section.splitlines() if line.startswith("| ")]
+    return rows[1:]  # the header row aside
+
+
+def test_readmes_results_table_quotes_the_committed_tables_of_its_run():
+    """OOD per seed = mean accuracy over 9..32 objects in fixed order, recomputed from eval_by_length.csv; the
+    mechanism counts = the circuit labels of circuits.csv."""
+    evals = pd.read_csv(MINI / "eval_by_length.csv")
+    ood = evals[(evals["order"] == "fixed") & ~evals["in_distribution"]].groupby(["variant", "run"])["accuracy"].mean()
+    circuits = pd.read_csv(MINI / "circuits.csv", keep_default_na=False)
+    rows = readme_results_rows()
+    assert len(rows) == evals["variant"].nunique()
+    for variant, _, ood_cell, mechanism_cell in rows:
+        variant = variant.split(" ")[0]
+        quoted = [float(x) for x in re.findall(r"\d+\.\d", ood_cell)[:3]]
+        assert quoted == [round(100 * a, 1) for a in ood[variant].sort_index()], variant
+        counts = {label: int(n) for label, n in re.findall(LABELS + r",? (\d)", mechanism_cell)}
+        assert counts == Counter(circuits.loc[circuits["variant"] == variant, "circuit"]), variant
+
+
+def markdown_links(page: Path) -> list[str]:
+    return [t for t in re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", page.read_text()) if "://" not in t]
+
+
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: str(p.relative_to(ROOT)))
+def test_every_relative_link_of_a_page_resolves(page):
+    for target in markdown_links(page):
+        assert (page.parent / target).exists(), f"{page.relative_to(ROOT)} links {target}, which does not exist"
+
+
+def test_the_ledger_is_linked_from_readme_configs_and_the_gpu_page():
+    for path in ("README.md", "config/config.yaml", "config/mini.yaml", "docs/GPU.md"):
+        assert "docs/results/README.md" in (ROOT / path).read_text(), path
