@@ -51,3 +51,15 @@ def test_every_relative_link_of_a_page_resolves(page):
 def test_the_ledger_is_linked_from_readme_configs_and_the_gpu_page():
     for path in ("README.md", "config/config.yaml", "config/mini.yaml", "docs/GPU.md"):
         assert "docs/results/README.md" in (ROOT / path).read_text(), path
+
+
+REPO_PATH = re.compile(r"(?<![\w:/.-])((?:config|docs|scripts|benchmarks|src|tests|profiles|workflow)/[\w./{}*-]*\w)")
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: str(p.relative_to(ROOT)))
+def test_every_repository_file_a_page_names_exists(page):
+    """A path into the repository (config/..., scripts/..., ...) names a file or folder of it; one that has left it
+    is cited as `commit:path`, which this leaves alone."""
+    missing = [p for p in REPO_PATH.findall(page.read_text()) if "{" not in p and "*" not in p
+               and not (ROOT / p).exists()]
+    assert not missing, f"{page.relative_to(ROOT)} names {sorted(set(missing))}"
