@@ -6,6 +6,7 @@ import pytest
 import torch
 from test_tasks import keys_in_context_order, solve
 
+from vlbind.hooks import patch_hook
 from vlbind.inference import model_inputs
 from vlbind.interp.circuits import circuit_label, effect
 from vlbind.interp.interchange import (
@@ -24,7 +25,7 @@ from vlbind.interp.layer_relevance import block_cosines, skip_accuracy, spearman
 from vlbind.interp.probes import ProbeConfig, fit_and_score, probe_table
 from vlbind.interp.prompts import analysis_prompts
 from vlbind.mechanisms import first_spike
-from vlbind.model import ModelConfig, Transformer, patch_hook
+from vlbind.model import ModelConfig, Transformer
 from vlbind.tasks import Role, prompt_text
 from vlbind.vocab import VOCAB
 
@@ -141,7 +142,7 @@ def test_cached_all_layer_patching_equals_full_forward_patching_layer_by_layer(m
 
 def test_kv_cache_extension_equals_the_full_forward(model):
     """Transformer.extend over cached keys/values gives the full forward's last positions."""
-    from vlbind.model import cache_hook
+    from vlbind.hooks import cache_hook
     b = analysis_prompts(8, seed=6, order="shuffled")[0]
     tokens, positions, _ = model_inputs(b, "cpu")
     store = {}
@@ -351,7 +352,7 @@ def test_blocking_every_edge_out_of_answer_makes_the_answer_blind(model):
         is_answer = b.roles == Role.ANSWER
         masks.append(is_answer[:, :, None] & np.tril(np.ones((T, T), bool), k=-1)[None])
     acc = accuracy_with_knockout(model, batches, masks)
-    from vlbind.model import knockout_hook
+    from vlbind.hooks import knockout_hook
     b, m = batches[0], torch.as_tensor(masks[0])
     tokens, positions, _ = model_inputs(b, "cpu")
     with torch.no_grad(), model.hooks([(f"blocks.{i}.attn.hook_attn_scores", knockout_hook(m)) for i in range(3)]):
@@ -418,7 +419,7 @@ def test_skipping_no_block_changes_nothing_and_skipping_one_equals_leaving_it_ou
     assert skip_accuracy(model, batches, None) == np.concatenate(hits).mean()
     b = batches[0]
     tokens, positions, _ = model_inputs(b, "cpu")
-    from vlbind.model import skip_block_hooks
+    from vlbind.hooks import skip_block_hooks
     with torch.no_grad():
         with model.hooks(skip_block_hooks(1)):
             skipped = model(tokens, positions)

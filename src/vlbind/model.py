@@ -10,21 +10,16 @@ bf16: PyTorch's CPU flash-attention backward is ~10x slower in bf16 than in floa
 bf16 matrix multiplies are ~4x faster than float32 ones on a CPU with AVX512-BF16 (benchmarks/). On CUDA
 attention runs in the autocast dtype.
 
-Hook points are identity modules named by module path, as in TransformerLens:
-    blocks.{i}.hook_resid_pre, blocks.{i}.hook_resid_mid, blocks.{i}.hook_resid_post,
-    blocks.{i}.hook_attn_out, blocks.{i}.hook_mlp_out,
-    blocks.{i}.attn.hook_k, blocks.{i}.attn.hook_v (keys after RoPE, values: (B, heads, T, d_head)),
-    blocks.{i}.attn.hook_attn_scores (pre-softmax, causal mask applied: where knockouts belong),
-    blocks.{i}.attn.hook_pattern (post-softmax)
-A hook is `fn(tensor, name) -> tensor | None` (None keeps the tensor). Attach hooks only through
-`with model.hooks([(name, fn), ...]):`, which removes them on exit, exceptions and nesting included.
+Its hook points (vlbind.hooks) are named by module path, as in TransformerLens; `with model.hooks([(name, fn)]):`
+attaches hooks for a block. `extend` (the attention's `past` branch) runs new tokens against a cached key/value
+prefix: the interchange sweep's fast path (interp/interchange.py), tested against full forward passes.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable
-from contextlib import contextmanager, nullcontext
+from collections.abc import Iterable
+from contextlib import nullcontext
 from dataclasses import asdict, dataclass, replace
 
 import torch
@@ -32,7 +27,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-HookFn = Callable[[torch.Tensor, str], "torch.Tensor | None"]
+from .hooks import HookFn, HookPoint, attached, cache_hook, hook_points
 
 # The kernels `scaled_dot_product_attention` may choose from, in PyTorch's order, cuDNN left out. On H100/H200
 # since torch 2.11 cuDNN is the default for an explicit `attn_mask`, and its backward returns NaN in grad_q when the
@@ -72,22 +67,6 @@ class ModelConfig:
 
     def to_dict(self) -> dict:
         return asdict(self)
-
-
-class HookPoint(nn.Module):
-    """Identity that runs attached hook functions in order."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.fns: list[HookFn] = []
-        self.name = ""
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        for fn in self.fns:
-            out = fn(x, self.name)
-            if out is not None:
-                x = out
-        return x
 
 
 def rope(x: torch.Tensor, cis: torch.Tensor) -> torch.Tensor:
@@ -243,8 +222,10 @@ class Transformer(nn.Module):
                 scale = 1 / math.sqrt(2 * self.cfg.n_layers) if residual_out else 1.0
                 nn.init.normal_(p, std=std * scale)
 
-    def attach_projector(self, image_dim: int, mult: float = 2.0, scale: float | None = None) -> Transformer:
-        """Give a text model a fresh visual projector (the start of image training); weights stay as they are."""
+    def attach_projector(self, image_dim: int, mult: float | None = None, scale: float | None = None) -> Transformer:
+        """Give a text model a fresh visual projector (the start of image training); weights stay as they are.
+        `mult` None: ModelConfig's projector_mult; `scale` None: 1/sqrt(d_model)."""
+        mult = ModelConfig.projector_mult if mult is None else mult
         self.cfg = replace(self.cfg, image_dim=image_dim, projector_mult=mult, projector_scale=scale)
         device = self.embed.weight.device
         self.projector = Projector(self.cfg).to(device)
@@ -348,23 +329,11 @@ class Transformer(nn.Module):
         return resid, cache
 
     def hook_points(self) -> dict[str, HookPoint]:
-        return {name: m for name, m in self.named_modules() if isinstance(m, HookPoint)}
+        return hook_points(self)
 
-    @contextmanager
     def hooks(self, fwd: Iterable[tuple[str, HookFn]]):
-        """Attach hooks by name for the duration of the block; always detached afterwards."""
-        points = self.hook_points()
-        attached: list[tuple[HookPoint, HookFn]] = []
-        try:
-            for name, fn in fwd:
-                if name not in points:
-                    raise KeyError(f"no hook point {name!r}; e.g. {sorted(points)[:3]} ... ({len(points)} in all)")
-                points[name].fns.append(fn)
-                attached.append((points[name], fn))
-            yield self
-        finally:
-            for point, fn in reversed(attached):
-                point.fns.remove(fn)
+        """`with model.hooks([(name, fn), ...]):` attaches hooks by name for the block (vlbind.hooks.attached)."""
+        return attached(self, fwd)
 
 
 def check_positions(top: int, cfg: ModelConfig) -> None:
@@ -379,53 +348,6 @@ def group_mask(groups: torch.Tensor) -> torch.Tensor:
     causal = torch.ones(T, T, dtype=torch.bool, device=groups.device).tril()
     same = (groups[:, None, :] < 0) | (groups[:, None, :] == groups[:, :, None])
     return (causal & same)[:, None]
-
-
-# --- hook names, and small hook builders used by the analyses ----------------------------------
-
-def hook_name(layer: int, point: str) -> str:
-    """The name of hook point `point` of block `layer`: hook_name(3, "attn.hook_k") == "blocks.3.attn.hook_k"."""
-    return f"blocks.{layer}.{point}"
-
-
-def resid_name(layer: int, n_layers: int) -> str:
-    """The residual stream entering block `layer`; layer == n_layers names the stream after the last block."""
-    return hook_name(layer, "hook_resid_pre") if layer < n_layers else hook_name(n_layers - 1, "hook_resid_post")
-
-
-def cache_hook(store: dict) -> HookFn:
-    """A hook that records its tensor under its name (read access)."""
-    def fn(x, name):
-        store[name] = x.detach()
-    return fn
-
-
-def patch_hook(rows: torch.Tensor, positions: torch.Tensor, values: torch.Tensor) -> HookFn:
-    """Replace x[rows[i], positions[i]] by values[i]; for residual-stream hooks, x is (B, T, d)."""
-    def fn(x, name):
-        x = x.clone()
-        x[rows, positions] = values.to(x.dtype)
-        return x
-    return fn
-
-
-def knockout_hook(blocked: torch.Tensor) -> HookFn:
-    """Forbid attention where blocked (B, T, T) [query, key] is True, in every head (attn_scores hooks)."""
-    def fn(scores, name):
-        return scores.masked_fill(blocked[:, None], float("-inf"))
-    return fn
-
-
-def skip_block_hooks(layer: int) -> list[tuple[str, HookFn]]:
-    """Bypass block `layer`: its output residual stream is its input."""
-    saved = {}
-
-    def keep(x, name):
-        saved["x"] = x
-
-    def restore(x, name):
-        return saved.pop("x")
-    return [(hook_name(layer, "hook_resid_pre"), keep), (hook_name(layer, "hook_resid_post"), restore)]
 
 
 def count_parameters(model: nn.Module) -> int:

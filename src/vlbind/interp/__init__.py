@@ -3,8 +3,6 @@ attention knockouts, linear probes and layer relevance. All run on text prompts,
 
 from __future__ import annotations
 
-import importlib
-
 from ..device import autocast
 from ..settings import from_dict
 
@@ -38,7 +36,10 @@ def settings(analysis: str, section: dict):
 
 def _module(analysis: str):
     """vlbind.interp.<analysis>, with its `SETTINGS` dataclass and `run(model, settings, device, order) -> (table,
-    summary)` (imported on call: the analyses import torch, building the DAG does not)."""
+    summary)`. Imported here, on call, by name: the analyses import torch, building the DAG does not."""
+    from . import interchange, knockout, layer_relevance, probes
+
+    modules = {"interchange": interchange, "knockout": knockout, "probes": probes, "layer_relevance": layer_relevance}
     if analysis not in ANALYSES:
         raise ValueError(f"unknown analysis {analysis!r}; valid: {list(ANALYSES)}")
-    return importlib.import_module(f"{__name__}.{analysis}")
+    return modules[analysis]

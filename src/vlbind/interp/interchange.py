@@ -37,9 +37,10 @@ import numpy as np
 import pandas as pd
 import torch
 
+from ..hooks import hook_name, resid_name
 from ..inference import answer_logits, model_inputs
 from ..mechanisms import SCRATCH_LABELS
-from ..model import Transformer, hook_name, resid_name
+from ..model import Transformer
 from ..tasks import BY_COLOR, RETRIEVAL, Batch, StageSpec, assemble, generate, in_batches, in_order
 
 LABELS = SCRATCH_LABELS  # vlbind.mechanisms: the vocabulary circuits.csv and table1.csv share

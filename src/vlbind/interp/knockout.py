@@ -21,8 +21,9 @@ import numpy as np
 import pandas as pd
 import torch
 
+from ..hooks import hook_name, knockout_hook
 from ..inference import accuracy, count_correct
-from ..model import Transformer, hook_name, knockout_hook
+from ..model import Transformer
 from ..tasks import Batch
 from .prompts import ROLES, analysis_prompts, slot_of_positions
 

@@ -13,8 +13,9 @@ import pandas as pd
 import torch
 import torch.nn.functional as F
 
+from ..hooks import hook_name, skip_block_hooks
 from ..inference import accuracy, model_inputs
-from ..model import Transformer, hook_name, skip_block_hooks
+from ..model import Transformer
 from ..tasks import Batch, Role
 from .prompts import analysis_prompts
 

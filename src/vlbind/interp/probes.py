@@ -19,8 +19,9 @@ import numpy as np
 import pandas as pd
 import torch
 
+from ..hooks import resid_name
 from ..inference import model_inputs
-from ..model import Transformer, resid_name
+from ..model import Transformer
 from ..tasks import Batch
 from .prompts import ROLES, analysis_prompts, slot_of_positions
 
