@@ -1,4 +1,4 @@
-"""What `train.sub_batch_tokens` buys: prompts/s of the real training loop (train.train_stage) with the batch
+"""What `train.sub_batch_tokens` buys: prompts/s of the real training loop (train.train_attempt) with the batch
 whole and run sorted by length as sub-batches of at most N positions (tasks.by_length), on mini's model and
 text_s4's task (216 colors and shapes, shuffled lists, solo practice 0.5 (--solo), every object queried), for the
 ramp's lengths 2..n.
@@ -24,8 +24,9 @@ from torch.profiler import ProfilerActivity, profile
 
 from vlbind.device import precision_for
 from vlbind.model import ModelConfig, Transformer
+from vlbind.optim import make_optimizer
 from vlbind.tasks import Role, StageSpec, by_length, generate, pack_queries
-from vlbind.train import TrainConfig, _step, make_optimizer, train_stage
+from vlbind.train import TrainConfig, _step, train_attempt
 
 MINI = ModelConfig(n_layers=6, d_model=64, d_ff=256, n_heads=4)
 
@@ -36,9 +37,9 @@ def rate(n: int, solo: float, train: TrainConfig, device: str) -> float:
     torch.manual_seed(0)
     with tempfile.TemporaryDirectory() as d:
         warm = TrainConfig(**{**train.__dict__, "max_steps": 3, "eval_every": 3})
-        train_stage(Transformer(MINI), spec, warm, Path(d) / "warm", stage="bench", device=device)
+        train_attempt(Transformer(MINI), spec, warm, Path(d) / "warm", stage="bench", device=device)
         t0 = time.perf_counter()
-        train_stage(Transformer(MINI), spec, train, Path(d) / "run", stage="bench", device=device)
+        train_attempt(Transformer(MINI), spec, train, Path(d) / "run", stage="bench", device=device)
         return train.max_steps * train.batch_size / (time.perf_counter() - t0)
 
 

@@ -34,9 +34,11 @@ import torch.nn.functional as F
 
 from vlbind.device import autocast, precision_for
 from vlbind.inference import answer_logits
+from vlbind.losses import training_loss
 from vlbind.model import ModelConfig, Transformer, count_parameters
+from vlbind.optim import make_optimizer
 from vlbind.tasks import StageSpec, generate, pack_queries
-from vlbind.train import TrainConfig, make_optimizer, training_loss
+from vlbind.train import TrainConfig
 
 ROOT = Path(__file__).resolve().parents[1]
 TEXT_S5 = StageSpec(216, 216, 32, 2, 8, shuffle=True)

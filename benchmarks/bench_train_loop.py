@@ -1,4 +1,4 @@
-"""Does the training loop keep the model busy? Steps/s of the real loop (train.train_stage: prompt generation,
+"""Does the training loop keep the model busy? Steps/s of the real loop (train.train_attempt: prompt generation,
 packing, the step, the bookkeeping) against the model alone on one fixed batch (forward + backward + clipping +
 optimizer), for the paper's model, mini's, and one so small that its step costs about what a GPU step does.
 
@@ -22,9 +22,11 @@ import numpy as np
 import torch
 
 from vlbind.device import precision_for
+from vlbind.losses import training_loss
 from vlbind.model import ModelConfig, Transformer
+from vlbind.optim import make_optimizer
 from vlbind.tasks import StageSpec, generate, pack_queries
-from vlbind.train import TrainConfig, make_optimizer, train_stage, training_loss
+from vlbind.train import TrainConfig, train_attempt
 
 MODELS = {"paper 12 x 128": ModelConfig(n_layers=12, d_model=128, d_ff=512, n_heads=4),
           "mini 6 x 64": ModelConfig(n_layers=6, d_model=64, d_ff=256, n_heads=4),
@@ -67,9 +69,9 @@ def loop(cfg: ModelConfig, train: TrainConfig, device: str) -> float:
     with tempfile.TemporaryDirectory() as d:
         n = 300 if train.compile else 10  # compiled: long enough to meet the batch shapes and recompile for them
         warm = TrainConfig(**{**train.__dict__, "max_steps": n, "eval_every": n})
-        train_stage(Transformer(cfg), SPEC, warm, Path(d) / "warm", stage="bench", device=device)
+        train_attempt(Transformer(cfg), SPEC, warm, Path(d) / "warm", stage="bench", device=device)
         t0 = time.perf_counter()
-        train_stage(Transformer(cfg), SPEC, train, Path(d) / "run", stage="bench", device=device)
+        train_attempt(Transformer(cfg), SPEC, train, Path(d) / "run", stage="bench", device=device)
         sync(device)
         return train.max_steps / (time.perf_counter() - t0)
 

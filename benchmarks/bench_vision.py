@@ -27,9 +27,10 @@ from vlbind.bank import ImageBank
 from vlbind.encoders import EncoderSpec, extract, load_encoder, normalizer, to_tensor
 from vlbind.inference import answer_logits
 from vlbind.model import ModelConfig, Transformer
+from vlbind.optim import make_optimizer
 from vlbind.render import RenderConfig, layout_objects, load_image, render_bank
 from vlbind.tasks import IMAGE, TEXT, StageSpec, generate
-from vlbind.train import TrainConfig, make_optimizer
+from vlbind.train import TrainConfig
 
 ROOT = Path(__file__).resolve().parents[1]
 SPEC = StageSpec(n_colors=8, n_shapes=13, n_items=8, min_objects=8, max_objects=8, shuffle=True)

@@ -3,7 +3,7 @@ from pathlib import Path
 
 import torch
 
-from vlbind.attempts import train_ramped
+from vlbind.attempts import train_stage
 from vlbind.bank import ImageBank
 from vlbind.checkpoint import load_model
 from vlbind.device import job_device
@@ -31,5 +31,5 @@ if "projector" in params:  # the first image stage gives the text model its visu
 start = params.get("start")
 start = (StageSpec.from_dict(start["task"]), start["steps"]) if start else None
 cfg = TrainConfig.from_section(params["train"], seed, device, precision)
-train_ramped(model, StageSpec.from_dict(params["task"]), cfg, Path(sm.output.model).parent, stage=params["stage"],
+train_stage(model, StageSpec.from_dict(params["task"]), cfg, Path(sm.output.model).parent, stage=params["stage"],
              device=device, parent=parent, bank=bank, start=start)

@@ -10,13 +10,13 @@ import pandas as pd
 import pytest
 import torch
 
-from vlbind.attempts import expected_steps_to_pass, stall_end, train_ramped, train_unit
+from vlbind.attempts import expected_steps_to_pass, stall_end, train_stage, train_unit
 from vlbind.checkpoint import load_model
 from vlbind.model import ModelConfig, Transformer
 from vlbind.settings import NON_FINITE
 from vlbind.tables import training_summary
 from vlbind.tasks import StageSpec
-from vlbind.train import STALLED, TrainConfig, _Progress, train_stage
+from vlbind.train import STALLED, TrainConfig, _Progress, train_attempt
 
 TINY = ModelConfig(n_layers=2, d_model=32, d_ff=64, n_heads=2, vocab_size=480)
 SPEC = StageSpec(8, 8, 8, 2, 3, shuffle=True)
@@ -58,7 +58,7 @@ def test_a_failed_attempt_retries_from_the_starting_weights_and_the_retry_is_the
     assert (meta["attempt"], meta["steps"], meta["stopped_because"]) == (2, 6, "target_accuracy")
     # attempt 2 by hand: the unit's starting weights, the cap less attempt 1's steps, a fresh stream, lr x 0.3
     by_hand = fresh()
-    hand = train_stage(by_hand, SPEC, replace(CFG, max_steps=9, attempt=2, lr=CFG.lr * 0.3), tmp_path / "hand",
+    hand = train_attempt(by_hand, SPEC, replace(CFG, max_steps=9, attempt=2, lr=CFG.lr * 0.3), tmp_path / "hand",
                        stage="text_s2")
     assert same(model, by_hand) and hand["best_val_accuracy"] == meta["best_val_accuracy"]
     loaded, saved = load_model(tmp_path / "run")
@@ -73,15 +73,15 @@ def test_a_failed_attempt_retries_from_the_starting_weights_and_the_retry_is_the
 
 def test_a_retry_draws_another_data_stream_than_the_first_attempt(tmp_path):
     a, b = fresh(), fresh()
-    train_stage(a, SPEC, replace(CFG, target_accuracy=None), tmp_path / "a", stage="text_s2")
-    train_stage(b, SPEC, replace(CFG, target_accuracy=None, attempt=2), tmp_path / "b", stage="text_s2")
+    train_attempt(a, SPEC, replace(CFG, target_accuracy=None), tmp_path / "a", stage="text_s2")
+    train_attempt(b, SPEC, replace(CFG, target_accuracy=None, attempt=2), tmp_path / "b", stage="text_s2")
     assert not same(a, b)
 
 
 def test_a_first_attempt_that_passes_is_the_stage_without_the_rule(tmp_path):
     ruled, plain = fresh(), fresh()
     meta = train_unit(ruled, SPEC, CFG, tmp_path / "ruled", stage="text_s2")
-    ref = train_stage(plain, SPEC, replace(CFG, attempts=1), tmp_path / "plain", stage="text_s2")
+    ref = train_attempt(plain, SPEC, replace(CFG, attempts=1), tmp_path / "plain", stage="text_s2")
     assert same(ruled, plain)
     assert (meta["attempt"], len(meta["attempts"])) == (1, 1)
     for key in ("steps", "best_step", "best_val_accuracy", "kept_step", "stopped_because", "val_chance"):
@@ -129,7 +129,7 @@ def test_a_ramp_retries_a_length_from_the_last_length_s_weights_and_counts_its_s
     spec = StageSpec(8, 8, 8, 2, 4, shuffle=True)
     cfg = replace(CFG, ramp=True, max_steps=30)
     model, calls = fresh(), []
-    meta = train_ramped(model, spec, cfg, tmp_path, stage="text_s4", callback=poison_first_attempt(model, calls))
+    meta = train_stage(model, spec, cfg, tmp_path, stage="text_s4", callback=poison_first_attempt(model, calls))
     assert [(r["max_objects"], r["steps"], r["attempts"]) for r in meta["ramp"]] == [(2, 6, 2), (3, 3, 1)]
     assert meta["ramp_steps"] == 9 and (tmp_path / "ramp" / "n2" / "attempts" / "a2" / "meta.json").is_file()
     row = training_summary([tmp_path / "meta.json"]).iloc[0]
@@ -175,7 +175,7 @@ def test_the_seed_table_counts_passes_at_the_first_attempt_and_with_retries_and_
     from vlbind.files import write_json
     from vlbind.tables import seed_table, unit_outcomes
 
-    cfg = {"target_accuracy": 0.95, "ramp_target": None, "pass_accuracy": 0.95}
+    cfg = {"target_accuracy": 0.95, "pass_accuracy": 0.95}
     runs = {  # per seed: the 2..2 length (steps, best, attempts), then the stage's own (steps, best, attempts)
         0: ((500, 0.99, 1), (700, 0.96, 1)),  # passes both at the first attempt
         1: ((3500, 0.97, 2), (900, 0.951, 1)),  # the length needed a retry

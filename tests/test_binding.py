@@ -9,8 +9,9 @@ import torch.nn.functional as F
 from test_dense import IMAGE_SPEC, TEXT_SPECS, tiny
 from test_vision import make_bank
 
+from vlbind.losses import binding_targets, prompt_loss, training_loss
 from vlbind.tasks import GROUNDING, IMAGE, Role, generate, pack_queries
-from vlbind.train import TrainConfig, binding_targets, prompt_loss, training_loss
+from vlbind.train import TrainConfig
 from vlbind.vocab import VOCAB
 
 

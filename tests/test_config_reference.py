@@ -15,7 +15,7 @@ SOURCES = {"[paper]", "[assumption]", "[changed]", "[ours]", "[tool]"}
 
 
 def schema_keys() -> list[str]:
-    """Every leaf key of the schema; the per-stage `task` and `train` sections are listed once, as task.* and
+    """Every leaf key of the schema; the `task` and `train` sections a stage overrides are listed once, as task.* and
     train.*; mappings of named entries (encoders, Qwen models) as <name>."""
     schema = vlschema.schema()
     keys = []
@@ -28,7 +28,6 @@ def schema_keys() -> list[str]:
             node = schema["definitions"][name]
         if path == ["stages"]:
             walk(schema["definitions"]["stage"], ["stages", "<stage>"])
-            walk(schema["definitions"]["task"], ["task"])
             return
         if "properties" in node:
             for k, v in node["properties"].items():
@@ -43,13 +42,11 @@ def schema_keys() -> list[str]:
 
 
 def value(config: dict, key: str) -> str:
-    """The table's rendering of `key`'s value in `config`: JSON in backticks, or 'per stage' / 'per entry'."""
+    """The table's rendering of `key`'s value in `config`: JSON in backticks, or 'per entry'."""
     node = config
     for part in key.split("."):
         if part.startswith("<"):
             return "per entry"
-        if part == "task" and node is config:
-            return "per stage"
         node = node[part]
     return f"`{json.dumps(node)}`"
 

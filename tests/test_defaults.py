@@ -66,7 +66,7 @@ def test_an_optional_setting_has_its_one_default_in_the_schema_and_config_yaml_r
     for key, value in optional.items():
         if definition == "train":
             assert PAPER["train"][key] == value, key
-    given = PAPER["stages"]["text_s3"]["task"] if definition == "task" else PAPER["train"]
+    given = vlconfig.stage_section(PAPER, "text_s3")["task"] if definition == "task" else PAPER["train"]
     section = {k: v for k, v in given.items() if k not in optional}
     if definition == "task":
         built = StageSpec.from_dict(section)

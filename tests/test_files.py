@@ -13,7 +13,8 @@ from vlbind.bank import ImageBank
 from vlbind.checkpoint import load_model, save_model
 from vlbind.files import CorruptFileError
 from vlbind.render import RenderConfig, layout_objects
-from vlbind.train import RESUME_FILE, train_stage
+from vlbind.resume import RESUME_FILE
+from vlbind.train import train_attempt
 
 
 def truncate(path, keep=0.5):
@@ -32,12 +33,12 @@ def test_a_truncated_model_file_names_itself(tmp_path):
 @pytest.mark.parametrize("damage", ["truncated", "garbage"])
 def test_a_damaged_resume_state_is_moved_aside_and_the_stage_trains_from_its_start(tmp_path, caplog, damage):
     ref = fresh()
-    train_stage(ref, SPEC, CFG, tmp_path / "ref", stage="text_s1")
+    train_attempt(ref, SPEC, CFG, tmp_path / "ref", stage="text_s1")
     kill_at(8, tmp_path / "run")
     state = tmp_path / "run" / RESUME_FILE
     truncate(state) if damage == "truncated" else state.write_bytes(b"\x00garbage" * 100)
     with caplog.at_level(logging.WARNING, logger="vlbind"):
-        meta = train_stage(fresh(), SPEC, CFG, tmp_path / "run", stage="text_s1")
+        meta = train_attempt(fresh(), SPEC, CFG, tmp_path / "run", stage="text_s1")
     assert not meta["resumed"]
     assert (tmp_path / "run" / (RESUME_FILE + ".corrupt")).is_file()
     assert str(state) in caplog.text and "from its start" in caplog.text

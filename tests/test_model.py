@@ -7,16 +7,8 @@ import numpy as np
 import pytest
 import torch
 
-from vlbind.model import (
-    ModelConfig,
-    Transformer,
-    cache_hook,
-    count_parameters,
-    knockout_hook,
-    patch_hook,
-    rope,
-    skip_block_hooks,
-)
+from vlbind.hooks import cache_hook, knockout_hook, patch_hook, skip_block_hooks
+from vlbind.model import ModelConfig, Transformer, count_parameters, rope
 from vlbind.tasks import Role, StageSpec, generate
 
 TINY = ModelConfig(n_layers=3, d_model=32, d_ff=64, n_heads=2, vocab_size=500)
@@ -216,8 +208,9 @@ def test_every_attention_call_runs_with_cudnn_attention_switched_off(tiny, monke
     attention the model runs (a packed training step and its backward, validation, a plain forward, a KV-cache
     extension) allows flash, efficient and math attention and not cuDNN, and the switch is scoped to the call."""
     from vlbind.inference import accuracy
+    from vlbind.losses import training_loss
     from vlbind.tasks import pack_queries
-    from vlbind.train import TrainConfig, training_loss
+    from vlbind.train import TrainConfig
 
     backends = torch.backends.cuda
     calls, phase = [], ["training"]

@@ -22,7 +22,7 @@ from vlbind.model import ModelConfig, Transformer
 from vlbind.outcomes import divergence
 from vlbind.render import SHAPES, WEB_SAFE, RenderConfig, hex_to_rgb, layout_objects, render, render_bank
 from vlbind.tasks import IMAGE, RETRIEVAL, TEXT, Role, StageSpec, generate
-from vlbind.train import TrainConfig, train_stage
+from vlbind.train import TrainConfig, train_attempt
 from vlbind.vocab import VOCAB
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -285,7 +285,7 @@ def test_injected_nan_is_detected_as_divergence(tmp_path):
 
     cfg = TrainConfig(warmup_steps=1, batch_size=4, eval_every=2, val_size=8, max_steps=20, target_accuracy=None,
                       max_skipped_steps=0)
-    meta = train_stage(model, StageSpec(max_objects=2, n_items=8), cfg, tmp_path, stage="image", callback=poison)
+    meta = train_attempt(model, StageSpec(max_objects=2, n_items=8), cfg, tmp_path, stage="image", callback=poison)
     assert meta["stopped_because"] == NON_FINITE and (meta["steps"], meta["skipped_steps"]) == (4, 1)
     curve = pd.read_parquet(tmp_path / "metrics.parquet")
     assert "non-finite" in divergence({"text_s1": curve.iloc[:1], "image": curve}, collapse_drop=0.5)
@@ -307,7 +307,7 @@ def test_a_stage_that_stays_at_chance_stalls_and_marks_the_run(tmp_path):
 
     spec = StageSpec(min_objects=2, max_objects=8, n_items=8)
     cfg = TrainConfig(warmup_steps=1, batch_size=4, eval_every=2, val_size=64, max_steps=4, target_accuracy=None)
-    meta = train_stage(tiny(), spec, cfg, tmp_path / "s", stage="text_s4")
+    meta = train_attempt(tiny(), spec, cfg, tmp_path / "s", stage="text_s4")
     n = np.concatenate([b.n_objects for b in validation_set(spec, cfg)])
     assert meta["val_chance"] == pytest.approx(np.mean(1 / n))  # a guess among each prompt's objects
     curves = {"text_s4": pd.read_parquet(tmp_path / "s" / "metrics.parquet")}
@@ -339,7 +339,7 @@ def test_image_stage_trains_and_resumes_identically(tmp_path, precision):
     metas = []
     for run in ("a", "b"):
         model = tiny().attach_projector(6)
-        metas.append(train_stage(model, spec, cfg, tmp_path / run, stage="image", bank=bank))
+        metas.append(train_attempt(model, spec, cfg, tmp_path / run, stage="image", bank=bank))
     a, _ = load_model(tmp_path / "a")
     b, _ = load_model(tmp_path / "b")
     for k, v in a.state_dict().items():
@@ -358,11 +358,11 @@ def test_a_compiled_step_trains_the_eager_weights_up_to_rounding(tmp_path):
     cfg = TrainConfig(warmup_steps=2, batch_size=8, eval_every=6, val_size=16, max_steps=6, queries="all")
     start = tiny().attach_projector(6).state_dict()
     eager = tiny().attach_projector(6)
-    train_stage(eager, spec, cfg, tmp_path / "eager", stage="image", bank=bank)
+    train_attempt(eager, spec, cfg, tmp_path / "eager", stage="image", bank=bank)
     torch._dynamo.reset()
     counters.clear()
     compiled = tiny().attach_projector(6)
-    train_stage(compiled, spec, replace(cfg, compile=True), tmp_path / "compiled", stage="image", bank=bank)
+    train_attempt(compiled, spec, replace(cfg, compile=True), tmp_path / "compiled", stage="image", bank=bank)
     # the whole forward compiled: no frame fell back to eager, nothing the compiler could not take
     assert counters["frames"]["ok"] == counters["frames"]["total"] >= 1 and not counters["unimplemented"]
     for k, v in eager.state_dict().items():
@@ -430,7 +430,7 @@ def test_image_stage_validates_on_held_out_renderings_only(tmp_path, monkeypatch
     monkeypatch.setattr(train, "validation_set", validation_set)
     spec = StageSpec(n_colors=8, n_shapes=13, n_items=8, max_objects=3, grounding_fraction=0.5, image_fraction=1.0)
     cfg = TrainConfig(warmup_steps=2, batch_size=16, eval_every=4, val_size=64, max_steps=8, target_accuracy=None)
-    train.train_stage(tiny().attach_projector(6), spec, cfg, tmp_path / "run", stage="image", bank=bank)
+    train.train_attempt(tiny().attach_projector(6), spec, cfg, tmp_path / "run", stage="image", bank=bank)
     assert shown["train"] and shown["val"] and not shown["train"] & shown["val"]
     held_out = set(bank.images_of[:, :, -1].ravel().tolist())  # val_images 0.25 of 4 renderings: the last one
     assert shown["val"] <= held_out

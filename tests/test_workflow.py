@@ -570,7 +570,7 @@ def test_mini_trains_the_papers_shuffled_text_arm_and_the_fixed_order_overlay_sw
     mini = vlconfig.load([ROOT / "config/config.yaml", ROOT / "config/mini.yaml"])
     stages = ("text_s4", "text_s5", "noise_text", *vlstages.VISION_STAGES)
     for cfg in (paper, mini):
-        assert all(cfg["stages"][s]["task"]["shuffle"] for s in stages)
+        assert all(vlconfig.stage_section(cfg, s)["task"]["shuffle"] for s in stages)
         assert (cfg["evaluate"]["orders"][0], cfg["interp"]["order"]) == ("shuffled", "shuffled")
     s4, paper_s4 = (vlconfig.stage_params(c, "text_s4") for c in (mini, paper))
     assert s4["train"]["max_steps"] > 0 and s4["train"]["ramp"] and s4["task"]["solo_fraction"] > 0
@@ -580,7 +580,7 @@ def test_mini_trains_the_papers_shuffled_text_arm_and_the_fixed_order_overlay_sw
     for base, encoder_of in ((paper, "resnet152"), (mini, "render_cnn")):
         names = ["config/config.yaml", *(["config/mini.yaml"] if base is mini else []), "config/fixed_text.yaml"]
         fixed = vlconfig.load([ROOT / n for n in names])
-        assert {s: fixed["stages"][s]["task"]["shuffle"] for s in stages} == {
+        assert {s: vlconfig.stage_section(fixed, s)["task"]["shuffle"] for s in stages} == {
             "text_s4": True, "text_s5": False, "noise_text": False, **dict.fromkeys(vlstages.VISION_STAGES, True)}
         assert vlconfig.stage_params(fixed, "text_s4")["train"]["max_steps"] == 0
         assert (fixed["evaluate"]["orders"], fixed["interp"]["order"]) == (["fixed", "shuffled"], "fixed")

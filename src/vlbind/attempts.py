@@ -39,30 +39,30 @@ import pandas as pd
 from .checkpoint import META_FILE, METRICS_FILE, MODEL_FILE, load_tensors, save_model
 from .files import read_json, write_json
 from .outcomes import attempt_count
+from .resume import settings_key
 from .settings import NON_FINITE
 from .tasks import StageSpec
-from .train import TrainConfig, settings_key, train_stage
+from .train import TrainConfig, train_attempt
 
 log = logging.getLogger(__name__)
 RAMP_DIR = "ramp"  # a ramped stage's shorter lengths, each a unit directory of its own, n{max_objects}
 KEY_FILE = "key.json"
 
 
-def train_ramped(model, spec: StageSpec, cfg: TrainConfig, out_dir: Path, *, stage: str, **kwargs) -> dict:
+def train_stage(model, spec: StageSpec, cfg: TrainConfig, out_dir: Path, *, stage: str, **kwargs) -> dict:
     """Train one stage (every stage's entry point): train_unit, or with `cfg.ramp` a length ramp: the task on
     min_objects objects, then on min_objects..n for n = min_objects + 1, ..., max_objects - 1, each a unit of its own
     in out_dir/ramp/n{n} (named `{stage}_n{n}`; a fresh AdamW with its warm-up, as every stage), then the stage
     itself. Every length ends by the stop rule (target, plateau, or the cap, which is the whole ramp's: `max_steps`
-    less the steps already taken, retries included; the lengths before the stage's own aim at `cfg.ramp_target`
-    where set) and the next starts from its weights; a length whose kept attempt ended on non-finite steps ends the
-    ramp early.
+    less the steps already taken, retries included) and the next starts from its weights; a length whose kept attempt
+    ended on non-finite steps ends the ramp early.
     The stage's meta lists the lengths before it (`ramp`: max_objects, steps, stopped_because, best_val_accuracy,
     skipped_steps, wall_seconds, attempts) and `ramp_steps`, their sum. A rerun (after a kill) keeps the lengths
     already done if the stage's settings and starting weights are those they were made from, and discards them
     otherwise.
 
     On shuffled lists, a model from fixed-order text_s3 stays at chance on 2..8 objects from the start, and leaves
-    it with the ramp (docs/results/text-s4.md). kwargs go to train_stage (`start` applies to the first length)."""
+    it with the ramp (docs/results/text-s4.md). kwargs go to train_attempt (`start` applies to the first length)."""
     if not cfg.ramp or spec.min_objects == spec.max_objects or cfg.max_steps == 0:
         return train_unit(model, spec, cfg, out_dir, stage=stage, **kwargs)
     out_dir = Path(out_dir)
@@ -77,9 +77,8 @@ def train_ramped(model, spec: StageSpec, cfg: TrainConfig, out_dir: Path, *, sta
             log.info("%s: length %d..%d already trained (%s), kept", stage, spec.min_objects, n, sub)
         else:
             left = max(cfg.max_steps - sum(x["steps"] for x in lengths), 0)
-            short = replace(cfg, max_steps=left, target_accuracy=cfg.target_accuracy if cfg.ramp_target is None
-                            else cfg.ramp_target)
-            meta = train_unit(model, replace(spec, max_objects=n), short, sub, stage=f"{stage}_n{n}", **kwargs)
+            meta = train_unit(model, replace(spec, max_objects=n), replace(cfg, max_steps=left), sub,
+                              stage=f"{stage}_n{n}", **kwargs)
         kwargs.pop("start", None)
         lengths.append({k: meta[k] for k in ("steps", "stopped_because", "best_val_accuracy", "wall_seconds")}
                        | {"skipped_steps": meta.get("skipped_steps", 0), "max_objects": n}  # 0: a length made before
@@ -101,10 +100,10 @@ def train_unit(model, spec: StageSpec, cfg: TrainConfig, out_dir: Path, *, stage
                **kwargs) -> dict:
     """Train one unit (a stage, or one length of its ramp) into `out_dir` under the retry rule (module doc); return
     its meta. Without the rule (`attempts` 1), a unit that cannot fail (no pass bar) or one that trains no step it is
-    train_stage itself, files and all. kwargs go to train_stage (`optimizer`, a state carried over, to the first
+    train_attempt itself, files and all. kwargs go to train_attempt (`optimizer`, a state carried over, to the first
     attempt only); `record` to the unit's meta."""
     if cfg.attempts == 1 or cfg.pass_bar is None or cfg.max_steps == 0:
-        return train_stage(model, spec, cfg, out_dir, stage=stage, record=record, **kwargs)
+        return train_attempt(model, spec, cfg, out_dir, stage=stage, record=record, **kwargs)
     out_dir = Path(out_dir)
     tries = _keyed_dir(out_dir / "attempts", settings_key(stage, spec, cfg, model, kwargs.get("parent"),
                                                           kwargs.get("start")), stage)
@@ -125,7 +124,7 @@ def train_unit(model, spec: StageSpec, cfg: TrainConfig, out_dir: Path, *, stage
                 kwargs.pop("optimizer", None)
             model.load_state_dict(start_weights)
             retry = replace(cfg, max_steps=left, attempt=k, lr=cfg.lr * cfg.retry_lr_factor ** (k - 1))
-            meta = train_stage(model, spec, retry, sub, stage=stage, **kwargs)
+            meta = train_attempt(model, spec, retry, sub, stage=stage, **kwargs)
         metas.append(meta)
         if passed(meta, cfg.pass_bar):
             break

@@ -16,8 +16,11 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 import numpy as np
+
+PAPER_CONFIG = Path(__file__).resolve().parents[2] / "config/config.yaml"  # the source tree's, from any directory
 
 
 def _sample(args) -> int:
@@ -100,8 +103,8 @@ def main(argv: list[str] | None = None) -> int:
                    help="print interchange pairs (original, counterfactual, five mechanism predictions)")
     s.add_argument("--bank", help="an image bank directory (objects.parquet), for image-context stages")
     s.add_argument("--features", help="that bank's feature file (.npy), for image-context stages")
-    s.add_argument("--config", nargs="+", default=["config/config.yaml"],
-                   help="config file and overlays, merged left to right")
+    s.add_argument("--config", nargs="+", default=[str(PAPER_CONFIG)],
+                   help="config file and overlays, merged left to right (default: the repository's config.yaml)")
     c = sub.add_parser("check-config", help="merge and validate config files; print the first error")
     c.add_argument("files", nargs="+", help="config file and overlays, merged left to right")
     args = parser.parse_args(argv)

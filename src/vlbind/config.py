@@ -135,7 +135,7 @@ def _check_stages(config: dict, specs: dict) -> None:
 
 def _control_task(config: dict, control: str) -> dict:
     """A binding-loss control's task: its text parent's (`shuffle` on for text_bind_shuffled)."""
-    task = dict(config["stages"][STAGE_PARENTS[control]]["task"])
+    task = stage_section(config, STAGE_PARENTS[control])["task"]
     return {**task, "shuffle": True} if control.endswith("_shuffled") else task
 
 
@@ -233,14 +233,16 @@ def canonical(value):
 
 
 def stage_section(config: dict, stage: str) -> dict:
-    """A stage's section of `stages`, derived for the controls (never written into `config`): a binding-loss
-    control's task is its parent's (CONTROLS), a curriculum-control stage's section its image stage's with
-    image_fraction 0 in the task and the start task (CURRICULUM)."""
+    """A stage's section of `stages` with its whole task: the top-level `task` with the stage's own on top (as
+    `train`, stage_train). Derived for the controls (never written into `config`): a binding-loss control's task is
+    its parent's (CONTROLS), a curriculum-control stage's section its image stage's with image_fraction 0 in the task
+    and the start task (CURRICULUM)."""
     if stage in CONTROLS:
         return {**config["stages"][stage], "task": _control_task(config, stage)}
     if stage not in CURRICULUM:
-        return config["stages"][stage]
-    section = copy.deepcopy(config["stages"][CURRICULUM[stage]])
+        section = config["stages"][stage]
+        return {**section, "task": {**config["task"], **(section.get("task") or {})}}
+    section = copy.deepcopy(stage_section(config, CURRICULUM[stage]))
     section["task"]["image_fraction"] = 0.0
     if section.get("start"):
         section["start"]["task"].pop("image_fraction", None)

@@ -98,7 +98,8 @@ def autocast(device, precision: str):
 def job_device(name: str, threads: int, precision: dict | None = None) -> tuple[str, str]:
     """What every model job does first: use `threads` torch threads, resolve config key `device` (`name`; plain
     `cuda` or `auto` on a machine with several GPUs: the one claim_gpu gives) and its `precision` section (the
-    autocast precision_for picks; "fp32" without one) for this machine, and log where the job runs, e.g.
+    autocast precision_for picks; without one "fp32", no autocast: a Qwen job computes in its weights' dtype) for this
+    machine, and log where the job runs, e.g.
     "device cuda:1 (NVIDIA H200), bf16 autocast" or "device cpu, 1 thread, bf16 autocast". Returns (device,
     precision)."""
     import logging
@@ -119,6 +120,6 @@ def job_device(name: str, threads: int, precision: dict | None = None) -> tuple[
         where = f"cpu, {threads} thread{'s' if threads != 1 else ''}"
         if chosen == "bf16":
             where += "" if cpu_has_bf16() else " (no native bf16: emulated, slow)"
-    what = "bf16 autocast" if chosen == "bf16" else "fp32"
+    what = "no autocast: the weights' dtype" if precision is None else "bf16 autocast" if chosen == "bf16" else "fp32"
     logging.getLogger("vlbind").info("device %s, %s", where, what)
     return device, chosen

@@ -33,3 +33,25 @@ def schema_defaults(definition: str) -> dict:
     value that keeps an optional setting (mostly one not in the paper) off."""
     props = schema()["definitions"][definition]["properties"]
     return {k: p["default"] for k, p in props.items() if "default" in p}
+
+
+@functools.cache
+def _field_validators(definition: str) -> dict:
+    import jsonschema
+
+    return {k: jsonschema.Draft7Validator(p) for k, p in schema()["definitions"][definition]["properties"].items()}
+
+
+def check_fields(definition: str, owner: object) -> None:
+    """Check a settings dataclass against the schema's `definition` ("task", "train"): the one statement of each
+    key's type and range, for configs and for dataclasses built in code alike. Raises ValueError naming
+    `Class.key=value` and what would be valid; fields the definition lacks (or holds as a per-device table) are the
+    dataclass's own to check."""
+    import jsonschema
+
+    for key, validator in _field_validators(definition).items():
+        if "properties" in validator.schema or not hasattr(owner, key):
+            continue
+        value = getattr(owner, key)
+        if (error := jsonschema.exceptions.best_match(validator.iter_errors(value))) is not None:
+            raise ValueError(f"{type(owner).__name__}.{key}={value!r}: {error.message}")

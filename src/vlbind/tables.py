@@ -105,8 +105,8 @@ def training_summary(meta_paths: list[str | Path]) -> pd.DataFrame:
 
 def unit_outcomes(meta_paths: list[str | Path]) -> pd.DataFrame:
     """One row per run and unit (vlbind.attempts: each length of a stage's ramp, `{stage}_n{n}`, then the stage's own
-    length, `stage`) from the stages' meta.json: its pass bar (the target_accuracy it trained to, ramp_target for a
-    ramp's shorter lengths, else pass_accuracy; NaN: none), whether its best validation reached it (`passed`) and
+    length, `stage`) from the stages' meta.json: its pass bar (the target_accuracy it trained to, else
+    pass_accuracy; NaN: none), whether its best validation reached it (`passed`) and
     at the first attempt (`first_attempt`), its attempts, and `steps`: every step it trained, retries included, so for
     a unit that passed its steps to target; a ramped stage's own row counts its ramp's lengths too (`steps` of the
     whole stage). `order` keeps the units in training order."""
@@ -118,8 +118,7 @@ def unit_outcomes(meta_paths: list[str | Path]) -> pd.DataFrame:
         cfg, run = meta.get("train_config", {}), Path(p).parent.parent.name
         target = cfg.get("target_accuracy")
         bar = target if target is not None else cfg.get("pass_accuracy")
-        short = cfg.get("ramp_target") if cfg.get("ramp_target") is not None else bar
-        units = [(f"{meta['stage']}_n{r['max_objects']}", short, r["steps"], r["best_val_accuracy"],
+        units = [(f"{meta['stage']}_n{r['max_objects']}", bar, r["steps"], r["best_val_accuracy"],
                   attempt_count(r)) for r in meta.get("ramp") or []]
         units.append((meta["stage"], bar, meta["steps"] + meta.get("ramp_steps", 0), meta["best_val_accuracy"],
                       attempt_count(meta)))

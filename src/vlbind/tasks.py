@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from .schema import schema_defaults
+from .schema import check_fields, schema_defaults
 from .settings import from_dict
 from .vocab import VOCAB, Vocab
 
@@ -98,6 +98,7 @@ class StageSpec:
     solo_fraction: float = _OPTIONAL["solo_fraction"]
 
     def __post_init__(self) -> None:
+        check_fields("task", self)  # types and ranges: the schema's
         limits = {"n_colors": VOCAB.n_colors, "n_shapes": VOCAB.n_shapes, "n_items": VOCAB.n_items}
         for key, hi in limits.items():
             value = getattr(self, key)
@@ -110,15 +111,9 @@ class StageSpec:
             if getattr(self, key) < self.max_objects:
                 raise ValueError(f"StageSpec.{key}={getattr(self, key)} is smaller than max_objects="
                                  f"{self.max_objects}: objects in a prompt need distinct tokens")
-        for key in ("grounding_fraction", "symmetric_fraction", "noise_fraction", "image_fraction",
-                    "lookup_fraction", "solo_fraction"):
-            if not 0.0 <= getattr(self, key) <= 1.0:
-                raise ValueError(f"StageSpec.{key}={getattr(self, key)} must lie in [0, 1]")
         if (self.lookup_fraction or self.solo_fraction) and self.image_fraction:
             raise ValueError("StageSpec.lookup_fraction / solo_fraction > 0 need image_fraction 0: practice prompts "
                              "are text only")
-        if self.noise_tokens < 0:
-            raise ValueError(f"StageSpec.noise_tokens={self.noise_tokens} must be >= 0")
 
     @classmethod
     def from_dict(cls, d: dict) -> StageSpec:
