@@ -35,8 +35,11 @@ def test_a_variant_or_stage_named_nowhere_in_vlbind_stages_is_refused_by_the_sch
 
 
 def test_the_claims_name_only_declared_variants_and_every_variant_has_a_claim():
-    compared = {name for row in claims.COMPARISONS for name in row[:2]}
+    groups = (claims.PAPER_COMPARISONS, claims.CURRICULUM_COMPARISONS, claims.BIND_LOSS_COMPARISONS)
+    compared = {name for group in groups for row in group for name in row[:2]}
     assert compared <= set(stages.VARIANT_STAGE)
+    arms = [*claims.TEXT_ARM, *claims.IMAGE_ARM, *claims.CURRICULUM_ARM, *claims.BIND_LOSS_ARM]
+    assert sorted(arms) == sorted(set(stages.VARIANT_STAGE) - {"text_bind_shuffled"})  # each in one arm
     source = (ROOT / "src/vlbind/claims.py").read_text()
     for variant in stages.VARIANT_STAGE:
         assert f'"{variant}"' in source, f"no claim reads {variant}"

@@ -34,12 +34,13 @@ from math import comb
 import numpy as np
 import pandas as pd
 
+from .stages import CONTROLS, CURRICULUM, VARIANT_STAGE, VISION_STAGES
 from .tables import converged
 
 MIN_GAIN = 0.02  # an OOD difference of 2 points or less counts as no gain
 FAILS_WITHIN = 0.05  # OOD within 5 points of chance: the run fails beyond the training range
 LEARNT = 0.5  # in-distribution accuracy at least 0.5 above chance: the run has learnt the task
-SYMBOLIC = ("Symbolic-A", "Symbolic-B")
+SYMBOLIC_CIRCUITS = ("Symbolic-A", "Symbolic-B")  # circuits.csv's symbolic labels (interp.circuits)
 NO_MECHANISM = ("none", "unresolved")  # circuits.csv labels that show no mechanism: neither for nor against
 
 
@@ -180,21 +181,36 @@ def combine(rows: list[dict], claim: str, statement: str, needs: dict[str, str])
             "rule": "holds if " + ", ".join(f"{c} {w}" for c, w in needs.items()) + "; fails if none of them does"}
 
 
-# "A > B out of distribution" claims (a, b, claim, statement[, the paper's difference]): the paper's three (fig3),
-# the curriculum control's three, then the binding-loss control's four
-COMPARISONS = [
+def _arm(belongs) -> list[str]:
+    return [variant for variant, stage in VARIANT_STAGE.items() if belongs(stage)]
+
+
+# The variants by arm, read from the declared stages (vlbind.stages): the text arm, the image arm, the curriculum
+# control, the binding-loss control on its parent's task (text_bind_shuffled, on shuffled lists, asks another
+# question: its own claim below).
+IMAGE_ARM = _arm(lambda stage: stage in VISION_STAGES)
+CURRICULUM_ARM = _arm(lambda stage: stage in CURRICULUM)
+BIND_LOSS_ARM = _arm(lambda stage: stage in CONTROLS and not stage.endswith("_shuffled"))
+TEXT_ARM = _arm(lambda stage: stage not in VISION_STAGES and stage not in CURRICULUM and stage not in CONTROLS)
+
+# "A > B out of distribution" claims (a, b, claim, statement[, the paper's difference]), by who asks them
+PAPER_COMPARISONS = [  # fig3
     ("image_text", "text_only", "image_beats_text",
      "image_text > text_only out of distribution (paper: 69.5 vs 37.2 %)", 0.695 - 0.372),
     ("noise_text", "text_only", "noise_helps_text",
      "noise helps the text arm: noise_text > text_only (paper: 57.5 vs 37.2 %)", 0.575 - 0.372),
     ("noise_image_text", "noise_text", "noise_image_beats_noise_text",
      "noise_image_text > noise_text (paper: 83.6 vs 57.5 %)", 0.836 - 0.575),
+]
+CURRICULUM_COMPARISONS = [  # the curriculum control's
     ("image_text", "curriculum_text", "images_not_curriculum",
      "images, not the curriculum: image_text > curriculum_text (the image arm's stages, every context in text)"),
     ("noise_image_text", "noise_curriculum_text", "noise_images_not_curriculum",
      "images, not the curriculum, with noise: noise_image_text > noise_curriculum_text"),
     ("curriculum_text", "text_only", "curriculum_helps_text",
      "the image arm's curriculum without images raises text OOD: curriculum_text > text_only"),
+]
+BIND_LOSS_COMPARISONS = [  # the binding-loss control's
     ("text_bind", "text_only", "bind_loss_helps_text", "the binding loss alone raises text OOD: text_bind > text_only"),
     ("noise_text_bind", "noise_text", "bind_loss_helps_noise_text",
      "the binding loss alone raises noise_text OOD: noise_text_bind > noise_text"),
@@ -223,30 +239,30 @@ def claims_table(evals: pd.DataFrame, circuits: pd.DataFrame) -> pd.DataFrame:
         if {a, b} <= have:
             rows.append(compare(runs, a, b, claim, statement, paper_diff, learnt_only=claim in CONTROLLED))
 
-    if text := present(["text_only", "noise_text"]):
+    if text := present(TEXT_ARM):
         rows.append(labels(circuits, text, ("Positional",), "text_positional",
                            "text-only training binds by position (Positional)"))
         rows.append(near_chance(runs, text, "text_fails_ood",
                                 "text-only models fail beyond the training range (OOD near chance)"))
-    if images := present(["image_text", "noise_image_text"]):
-        rows.append(labels(circuits, images, SYMBOLIC, "images_symbolic",
+    if images := present(IMAGE_ARM):
+        rows.append(labels(circuits, images, SYMBOLIC_CIRCUITS, "images_symbolic",
                            "image training makes the model bind symbolically"))
-    for comparison in COMPARISONS[:3]:
+    for comparison in PAPER_COMPARISONS:
         pair(*comparison)
     # the curriculum control: the image arm's stages without images (stages.CURRICULUM)
-    if curriculum := present(["curriculum_text", "noise_curriculum_text"]):
-        rows.append(labels(circuits, curriculum, SYMBOLIC, "curriculum_symbolic",
+    if curriculum := present(CURRICULUM_ARM):
+        rows.append(labels(circuits, curriculum, SYMBOLIC_CIRCUITS, "curriculum_symbolic",
                            "the image arm's curriculum without images makes the model bind symbolically"))
     if "curriculum_text" in have and "shuffled" in orders:
         rows.append(learns(per_run(evals, "shuffled"), "curriculum_text", "shuffled", "curriculum_learns_shuffled",
                            "the image arm's curriculum without images learns shuffled lists"))
-    for comparison in COMPARISONS[3:6]:
+    for comparison in CURRICULUM_COMPARISONS:
         pair(*comparison)
     # the binding-loss control: the text arm plus the image arm's binding loss (stages.CONTROLS)
-    if controls := present(["text_bind", "noise_text_bind"]):
-        rows.append(labels(circuits, controls, SYMBOLIC, "bind_loss_symbolic",
+    if controls := present(BIND_LOSS_ARM):
+        rows.append(labels(circuits, controls, SYMBOLIC_CIRCUITS, "bind_loss_symbolic",
                            "the binding loss alone makes the text arm bind symbolically"))
-    for comparison in COMPARISONS[6:]:
+    for comparison in BIND_LOSS_COMPARISONS:
         pair(*comparison)
     if "text_bind_shuffled" in have and "shuffled" in orders:
         rows.append(learns(per_run(evals, "shuffled"), "text_bind_shuffled", "shuffled",
