@@ -52,7 +52,7 @@ def test_image_stage_prints_its_text_form_without_a_bank_and_images_with_one(tmp
 
     from vlbind.encoders import EncoderSpec, extract
     from vlbind.render import RenderConfig, render_bank
-    render_bank(RenderConfig(size=64, variants=1), tmp_path / "bank")
+    render_bank(RenderConfig(size=64, renderings=1), tmp_path / "bank")
     spec = EncoderSpec("vit_tiny_patch16_224", pretrained=False, grid=2, model_kwargs={"img_size": 64})
     extract(spec, tmp_path / "bank" / "images", 104, tmp_path / "f.npy")
     proc = sample("--stage", "image", "--count", "5", "--kind", "retrieval", "--bank", str(tmp_path / "bank"),

@@ -51,6 +51,16 @@ def value(config: dict, key: str) -> str:
     return f"`{json.dumps(node)}`"
 
 
+def effective(config: dict, key: str) -> str:
+    """`key`'s value in `config`, or, left out, the default the schema gives it ("—": none, the key is off)."""
+    try:
+        return value(config, key)
+    except KeyError:
+        section, _, name = key.partition(".")
+        default = vlschema.schema_defaults(section).get(name, KeyError) if section in ("task", "train") else KeyError
+        return "—" if default is KeyError else f"`{json.dumps(default)}`"
+
+
 def table_rows() -> dict[str, list[str]]:
     rows = {}
     for line in (ROOT / "config/README.md").read_text().splitlines():
@@ -85,13 +95,6 @@ def test_each_row_gives_a_meaning_the_paper_and_mini_values_and_a_source(key):
     mini = vlconfig.load([ROOT / "config/config.yaml", ROOT / "config/mini.yaml"])
     meaning, paper_value, mini_value, source = table_rows()[key]
     assert meaning and source in SOURCES
-    try:
-        expected = value(paper, key)
-    except KeyError:  # optional, not set in config.yaml: its schema default applies
-        expected = "—"
+    expected, expected_mini = (effective(config, key) for config in (paper, mini))
     assert paper_value == expected
-    try:
-        expected_mini = value(mini, key)
-    except KeyError:
-        expected_mini = "—"
     assert mini_value == ("same" if expected_mini == expected else expected_mini)

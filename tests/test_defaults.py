@@ -1,8 +1,12 @@
-"""Every default has one home: a settings dataclass's default equals the paper config's value for the same key
-(config/config.yaml is the source of truth); the settings a config may leave out take theirs from the schema, and
-config.yaml records the same value."""
+"""Every default has one home: a settings dataclass writes no value config.yaml holds but reads it there
+(settings.config_defaults, from config/config.yaml shipped with the package); the settings a config may leave out
+take theirs from the schema, and config.yaml does not repeat them."""
 
 import dataclasses
+import shutil
+import subprocess
+import sys
+import zipfile
 
 import pytest
 from test_config_reference import ROOT
@@ -22,50 +26,84 @@ from vlbind.qwen.probes import QwenProbeConfig
 from vlbind.qwen.prompts import Chat, PromptConfig
 from vlbind.qwen.retrieval import Generation
 from vlbind.render import RenderConfig
+from vlbind.settings import DEFAULTS_FILE, config_defaults
 from vlbind.tasks import StageSpec
 from vlbind.train import TrainConfig
 
 PAPER = vlconfig.load([ROOT / "config/config.yaml"])
-SECTIONS = {TrainConfig: PAPER["train"], EvalConfig: PAPER["evaluate"], ProbeConfig: PAPER["interp"]["probes"],
-            InterchangeConfig: PAPER["interp"]["interchange"], KnockoutConfig: PAPER["interp"]["knockout"],
-            LayerRelevanceConfig: PAPER["interp"]["layer_relevance"], CircuitRule: PAPER["interp"]["circuits"],
-            ModelConfig: PAPER["model"], RenderConfig: PAPER["render"], PromptConfig: PAPER["qwen"]["prompts"],
-            Chat: PAPER["qwen"]["chat"], BindingConfig: PAPER["qwen"]["binding"],
-            QwenProbeConfig: PAPER["qwen"]["probes"], DivergenceRule: PAPER["divergence"],
-            Generation: PAPER["qwen"]["generation"]}
+SECTIONS = {TrainConfig: "train", EvalConfig: "evaluate", ProbeConfig: "interp.probes",
+            InterchangeConfig: "interp.interchange", KnockoutConfig: "interp.knockout",
+            LayerRelevanceConfig: "interp.layer_relevance", CircuitRule: "interp.circuits", ModelConfig: "model",
+            RenderConfig: "render", PromptConfig: "qwen.prompts", Chat: "qwen.chat", BindingConfig: "qwen.binding",
+            QwenProbeConfig: "qwen.probes", DivergenceRule: "divergence", Generation: "qwen.generation"}
 # A config value of another kind than the field's: the config holds what the field is resolved from.
 # A per-device mapping -> the entry of the device a job runs on (TrainConfig.from_section).
 RESOLVED = {(TrainConfig, "precision"), (TrainConfig, "sub_batch_tokens")}
+
+
+# ModelConfig's projector fields are config.yaml's `projector` section
+ELSEWHERE = {(ModelConfig, "projector_mult"): "projector.mult", (ModelConfig, "projector_scale"): "projector.scale"}
 
 
 def plain(value):
     return list(value) if isinstance(value, tuple) else value
 
 
+def paper_value(path: str):
+    node = PAPER
+    for part in path.split("."):
+        node = node[part]
+    return node
+
+
 @pytest.mark.parametrize("cls", SECTIONS, ids=lambda c: c.__name__)
-def test_dataclass_defaults_equal_the_paper_config(cls):
-    section, compared = SECTIONS[cls], 0
+def test_a_settings_dataclass_reads_every_value_config_yaml_holds_and_writes_none(cls):
+    """A field whose key config.yaml holds has no default written in the code: it is read from config.yaml (the
+    merged paper config here, read independently), and equals it."""
+    section, optional = paper_value(SECTIONS[cls]), vlschema.schema_defaults("train") if cls is TrainConfig else {}
+    held = {f.name: f"{SECTIONS[cls]}.{f.name}" for f in dataclasses.fields(cls)
+            if f.name in section and (cls, f.name) not in RESOLVED and f.name not in optional}
+    held |= {name: path for (owner, name), path in ELSEWHERE.items() if owner is cls}
+    assert len(held) >= 2 and cls.defaults_from == held
     for f in dataclasses.fields(cls):
-        if f.name not in section or (cls, f.name) in RESOLVED:
-            continue
-        default = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
-        assert default is not dataclasses.MISSING, f"{cls.__name__}.{f.name} has no default"
-        assert plain(default) == plain(section[f.name]), f"{cls.__name__}.{f.name}: {default!r} vs config.yaml " \
-                                                         f"{section[f.name]!r}"
-        compared += 1
-    assert compared >= 2
+        if f.name in held:
+            assert plain(f.default) == plain(paper_value(held[f.name])), f"{cls.__name__}.{f.name}"
+
+
+def test_a_default_config_yaml_lacks_is_an_error_naming_the_key_and_the_file():
+    with pytest.raises(vlconfig.ConfigError, match=r"config\.yaml: no model\.not_a_key, the default of Probe\.not_"):
+        @dataclasses.dataclass
+        @config_defaults("model")
+        class Probe:
+            n_layers: int
+            not_a_key: int
+
+
+def test_the_packaged_defaults_are_config_yaml_and_a_wheel_ships_them(tmp_path):
+    """In the source tree the package's config.yaml is config/config.yaml (a link); a wheel built from a copy of the
+    tree (a non-editable install) carries its text."""
+    assert DEFAULTS_FILE.resolve() == (ROOT / "config/config.yaml").resolve()
+    tree = tmp_path / "tree"
+    shutil.copytree(ROOT / "src/vlbind", tree / "src/vlbind", symlinks=True,
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    (tree / "config").mkdir()
+    for name in ("pyproject.toml", "config/config.yaml"):
+        shutil.copy(ROOT / name, tree / name)
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w",
+                    str(tmp_path), str(tree)], check=True, cwd=tree)
+    (wheel,) = tmp_path.glob("vlbind-*.whl")
+    with zipfile.ZipFile(wheel) as z:
+        assert z.read("vlbind/config.yaml").decode() == (ROOT / "config/config.yaml").read_text()
 
 
 @pytest.mark.parametrize("definition, cls", [("train", TrainConfig), ("task", StageSpec)])
 def test_an_optional_setting_has_its_one_default_in_the_schema_and_config_yaml_records_it(definition, cls):
-    """The settings a config may leave out take their dataclass default from the schema (one home); config.yaml
-    writes each down with its provenance, and must say the same. Left out of a stage, one holds that default."""
+    """The settings a config may leave out take their dataclass default from the schema (one home), and config.yaml
+    does not repeat it. Left out of a stage, one holds that default."""
     defaults = {f.name: f.default for f in dataclasses.fields(cls)}
     optional = vlschema.schema_defaults(definition)
     assert optional and {k: defaults[k] for k in optional} == optional
-    for key, value in optional.items():
-        if definition == "train":
-            assert PAPER["train"][key] == value, key
+    assert not set(optional) & set(PAPER[definition])
     given = vlconfig.stage_section(PAPER, "text_s3")["task"] if definition == "task" else PAPER["train"]
     section = {k: v for k, v in given.items() if k not in optional}
     if definition == "task":

@@ -11,15 +11,15 @@ from vlbind.encoder_pretrain import PretrainConfig, pretrain, render_set
 from vlbind.encoders import EncoderSpec, load_encoder
 from vlbind.render import SHAPES, RenderConfig, layout_objects
 
-TINY = PretrainConfig(variants=2, held_out=0.25, epochs=1, batch_size=16)
+TINY = PretrainConfig(renderings=2, held_out=0.25, epochs=1, batch_size=16)
 
 
 def test_pretraining_set_is_rendered_apart_from_the_image_bank():
     images, colors, shapes = render_set(TINY, size=32, n_colors=2)
     assert images.shape == (2 * 13 * 2, 32, 32, 3) and images.dtype == np.uint8
     assert sorted(set(colors.tolist())) == [0, 1] and sorted(set(shapes.tolist())) == list(range(len(SHAPES)))
-    bank = layout_objects(RenderConfig(size=32, n_colors=2, variants=2))  # the image bank: render.seed 0
-    mine = layout_objects(RenderConfig(size=32, n_colors=2, variants=2, seed=TINY.seed, min_scale=TINY.min_scale,
+    bank = layout_objects(RenderConfig(size=32, n_colors=2, renderings=2))  # the image bank: render.seed 0
+    mine = layout_objects(RenderConfig(size=32, n_colors=2, renderings=2, seed=TINY.seed, min_scale=TINY.min_scale,
                                        max_scale=TINY.max_scale))
     assert not np.array_equal(bank[["x0", "y0", "x1"]].to_numpy(), mine[["x0", "y0", "x1"]].to_numpy())
 
@@ -45,7 +45,7 @@ def test_pretraining_is_deterministic(tmp_path):
 
 
 def test_pretraining_config_rejects_what_cannot_hold_a_rendering_out():
-    with pytest.raises(ValueError, match="variants"):
-        PretrainConfig(variants=1)
+    with pytest.raises(ValueError, match="renderings"):
+        PretrainConfig(renderings=1)
     with pytest.raises(ValueError, match="unknown PretrainConfig keys"):
         PretrainConfig.from_dict({"epoch": 3})

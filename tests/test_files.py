@@ -49,7 +49,7 @@ def test_a_damaged_resume_state_is_moved_aside_and_the_stage_trains_from_its_sta
 
 @pytest.fixture
 def bank_files(tmp_path):
-    objects = layout_objects(RenderConfig(size=64, variants=2))
+    objects = layout_objects(RenderConfig(size=64, renderings=2))
     (tmp_path / "bank").mkdir()
     objects.to_parquet(tmp_path / "bank" / "objects.parquet")
     features = tmp_path / "features.npy"

@@ -56,7 +56,7 @@ def test_each_color_pixels_match_its_hex():
 
 @pytest.mark.parametrize("layout", ["per_object", "canvas"])
 def test_layouts_place_shapes_within_bounds_without_overlap(layout, tmp_path):
-    cfg = RenderConfig(layout=layout, size=96, variants=2, n_images=20, min_objects=2, max_objects=8)
+    cfg = RenderConfig(layout=layout, size=96, renderings=2, n_images=20, min_objects=2, max_objects=8)
     objects = render_bank(cfg, tmp_path)
     assert ((objects[["x0", "y0"]] >= 0).all(axis=None)) and ((objects[["x1", "y1"]] <= cfg.size).all(axis=None))
     for image, o in objects.groupby("image"):
@@ -72,9 +72,9 @@ def test_layouts_place_shapes_within_bounds_without_overlap(layout, tmp_path):
             assert len(ink) and (ink == hex_to_rgb(r.hex)).all()
             inside[r.y0:r.y1, r.x0:r.x1] = True
         assert (pixels[~inside] == 255).all()
-    if layout == "per_object":  # every color-shape pair, `variants` times
-        assert len(objects) == cfg.n_colors * 13 * cfg.variants
-        assert objects.groupby(["color", "shape"]).size().eq(cfg.variants).all()
+    if layout == "per_object":  # every color-shape pair, `renderings` times
+        assert len(objects) == cfg.n_colors * 13 * cfg.renderings
+        assert objects.groupby(["color", "shape"]).size().eq(cfg.renderings).all()
 
 
 # --- encoders and the feature bank -----------------------------------------------------------------
@@ -87,7 +87,7 @@ def default_encoders():
 def test_default_encoders_give_patch_tokens_without_prefix(name, tmp_path):
     spec = EncoderSpec.from_dict({**default_encoders()[name], "pretrained": False})
     expected = {"resnet152": (49, 2048, 0), "vit_b16": (196, 768, 1), "dinov3_vitb16": (196, 768, 5)}[name]
-    render_bank(RenderConfig(n_colors=1, variants=1, size=224), tmp_path)
+    render_bank(RenderConfig(n_colors=1, renderings=1, size=224), tmp_path)
     torch.manual_seed(0)
     model = load_encoder(spec)
     assert getattr(model, "num_prefix_tokens", 0) == expected[2]
@@ -129,9 +129,9 @@ def test_pretrained_weights_missing_fail_at_once_with_help(monkeypatch, tmp_path
         load_encoder(EncoderSpec("resnet18.a1_in1k", checkpoint=str(tmp_path / "nope.safetensors")))
 
 
-def make_bank(tmp_path, layout, tokens=4, dim=6, variants=2, **kw) -> ImageBank:
+def make_bank(tmp_path, layout, tokens=4, dim=6, renderings=2, **kw) -> ImageBank:
     """A rendered bank with random stand-in features (the prompt logic never looks inside them)."""
-    cfg = RenderConfig(layout=layout, size=64, variants=variants, n_images=200, **kw)
+    cfg = RenderConfig(layout=layout, size=64, renderings=renderings, n_images=200, **kw)
     objects = layout_objects(cfg)
     n = objects["image"].max() + 1
     rng = np.random.default_rng(0)
@@ -385,7 +385,7 @@ def test_random_weight_encoders_are_seeded_and_leave_the_callers_rng_alone():
 
 @pytest.mark.parametrize("layout", ["per_object", "canvas"])
 def test_bank_split_holds_renderings_out_of_training(layout, tmp_path):
-    bank = make_bank(tmp_path, layout, **({"variants": 4} if layout == "per_object" else {}))
+    bank = make_bank(tmp_path, layout, **({"renderings": 4} if layout == "per_object" else {}))
     train, val = bank.split(0.25)
     rng = np.random.default_rng(0)
     if layout == "per_object":
@@ -401,15 +401,15 @@ def test_bank_split_holds_renderings_out_of_training(layout, tmp_path):
 
 
 def test_bank_split_needs_a_rendering_left_for_training(tmp_path):
-    bank = make_bank(tmp_path, "per_object", variants=1)
-    with pytest.raises(ValueError, match="render.variants"):
+    bank = make_bank(tmp_path, "per_object", renderings=1)
+    with pytest.raises(ValueError, match="render.renderings"):
         bank.split(0.25)
 
 
 def test_image_stage_validates_on_held_out_renderings_only(tmp_path, monkeypatch):
     import vlbind.train as train
 
-    bank = make_bank(tmp_path, "per_object", dim=6, variants=4)
+    bank = make_bank(tmp_path, "per_object", dim=6, renderings=4)
     shown = {"train": set(), "val": set()}
     real_generate, real_validation_set = train.generate, train.validation_set
     phase = ["train"]

@@ -92,11 +92,11 @@ class ImageBank:
         the rest. Raises ValueError when nothing would be left for training."""
         train, val = copy.copy(self), copy.copy(self)
         if self.layout == "per_object":
-            variants = self.images_of.shape[2]
-            k = max(1, round(held_out * variants))
-            if k >= variants:
-                raise ValueError(f"the image bank has {variants} rendering(s) per color-shape pair: too few to hold "
-                                 f"{held_out:.0%} out for validation; render more (render.variants)")
+            renderings = self.images_of.shape[2]
+            k = max(1, round(held_out * renderings))
+            if k >= renderings:
+                raise ValueError(f"the image bank has {renderings} rendering(s) per color-shape pair: too few to hold "
+                                 f"{held_out:.0%} out for validation; render more (render.renderings)")
             train.images_of, val.images_of = self.images_of[:, :, :-k], self.images_of[:, :, -k:]
         else:
             n_images = len(self.canvas_n)

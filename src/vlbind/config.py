@@ -27,6 +27,9 @@ RENAMED = {
     "train.precision": "precision",  # top level: it sets evaluation and the analyses too
     "stages.*.train.precision": "precision",
     "qwen.probes.ridge": "qwen.probes.ridges",  # penalties the cross-validation chooses from
+    # "variants" names the models (config `variants`); renderings per color-shape pair are renderings
+    "render.variants": "render.renderings",
+    "encoders.*.pretrain.variants": "encoders.*.pretrain.renderings",
 }
 
 

@@ -30,7 +30,7 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class PretrainConfig:
-    variants: int = 48  # renderings per color-shape pair
+    renderings: int = 48  # per color-shape pair
     held_out: float = 0.1  # share of them kept out of training, to report accuracy on
     min_scale: float = 0.2  # shape side / image side; wider than the image bank's, so the encoder sees it all
     max_scale: float = 0.8
@@ -40,8 +40,8 @@ class PretrainConfig:
     seed: int = 1  # renders and initialises; the image bank renders from render.seed (0)
 
     def __post_init__(self) -> None:
-        if self.variants < 2:
-            raise ValueError(f"PretrainConfig.variants={self.variants}: need >= 2 (one is held out)")
+        if self.renderings < 2:
+            raise ValueError(f"PretrainConfig.renderings={self.renderings}: need >= 2 (one is held out)")
         if not 0 < self.held_out < 1:
             raise ValueError(f"PretrainConfig.held_out={self.held_out} must lie in (0, 1)")
 
@@ -52,7 +52,7 @@ class PretrainConfig:
 
 def render_set(cfg: PretrainConfig, size: int, n_colors: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(images (N, size, size, 3) uint8, color (N,), shape (N,)) with 0-based labels, one object per image."""
-    objects = layout_objects(RenderConfig(size=size, n_colors=n_colors, variants=cfg.variants, seed=cfg.seed,
+    objects = layout_objects(RenderConfig(size=size, n_colors=n_colors, renderings=cfg.renderings, seed=cfg.seed,
                                           min_scale=cfg.min_scale, max_scale=cfg.max_scale))
     images = np.stack([render([placed], size) for placed in placements(objects)])
     return images, objects["color"].to_numpy() - 1, objects["shape"].to_numpy() - 1

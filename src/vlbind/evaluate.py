@@ -18,18 +18,20 @@ import torch
 
 from .inference import count_correct
 from .model import Transformer
+from .settings import config_defaults
 from .tasks import BY_COLOR, ORDERS, RETRIEVAL, StageSpec, generate, in_batches, in_order
 
 
 @dataclass(frozen=True)
+@config_defaults("evaluate")
 class EvalConfig:
-    min_objects: int = 2
-    max_objects: int = 32
-    train_max_objects: int = 8  # lengths above this are out of distribution
-    prompts_per_length: int = 1000  # not stated in the paper; our assumption
-    batch_size: int = 250
-    seed: int = 2602_15183
-    orders: tuple[str, ...] = ("shuffled",)  # association-list orders evaluated; the first decides convergence
+    min_objects: int
+    max_objects: int
+    train_max_objects: int  # lengths above this are out of distribution
+    prompts_per_length: int
+    batch_size: int
+    seed: int
+    orders: tuple[str, ...]  # association-list orders evaluated; the first decides convergence
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "orders", tuple(self.orders))

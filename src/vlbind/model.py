@@ -28,6 +28,7 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from .hooks import HookFn, HookPoint, attached, cache_hook, hook_points
+from .settings import config_defaults
 
 # The kernels `scaled_dot_product_attention` may choose from, in PyTorch's order, cuDNN left out. On H100/H200
 # since torch 2.11 cuDNN is the default for an explicit `attn_mask`, and its backward returns NaN in grad_q when the
@@ -47,19 +48,19 @@ def sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, **kwargs) -> torch.T
 
 
 @dataclass(frozen=True)
+@config_defaults("model", projector_mult="projector.mult", projector_scale="projector.scale")
 class ModelConfig:
-    n_layers: int = 12
-    d_model: int = 128
-    d_ff: int = 512
-    n_heads: int = 4
-    vocab_size: int = 1000
-    rope_base: float = 10000.0  # lost from the paper's text; our assumption (the RoFormer default)
-    max_positions: int = 8192  # longest RoPE position id (noise jumps included)
-    # Visual projector (D.6); image_dim None = a text-only model. Multiplier and scale are lost from the
-    # paper's text: our assumptions (config `projector`).
+    n_layers: int
+    d_model: int
+    d_ff: int
+    n_heads: int
+    vocab_size: int
+    rope_base: float
+    max_positions: int  # longest RoPE position id (noise jumps included)
+    # Visual projector (D.6; config.yaml's `projector`); image_dim None = a text-only model
     image_dim: int | None = None  # feature size of the encoder's patch tokens
-    projector_mult: float = 2.0  # hidden width = projector_mult * image_dim
-    projector_scale: float | None = None  # output scale; None: 1/sqrt(d_model), the norm of a token embedding
+    projector_mult: float  # hidden width = projector_mult * image_dim
+    projector_scale: float | None  # output scale; None: 1/sqrt(d_model), the norm of a token embedding
 
     def __post_init__(self) -> None:
         if self.d_model % self.n_heads or (self.d_model // self.n_heads) % 2:

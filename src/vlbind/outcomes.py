@@ -9,19 +9,20 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from .settings import NON_FINITE
+from .settings import NON_FINITE, config_defaults
 
 STALLED = "stalled at chance"  # how divergence names a stage whose best validation stayed near chance
 
 
 @dataclass(frozen=True)
+@config_defaults("divergence")
 class DivergenceRule:
     """Which runs are marked and left out of means (config key `divergence`): a stage whose last validation lies
     `collapse_drop` below its best, or whose best stays within `stall_margin` of chance (None: off), diverged; a run
     whose mean in-distribution accuracy lies below `min_in_distribution` (None: off) did not converge."""
-    collapse_drop: float = 0.5
-    stall_margin: float | None = 0.05
-    min_in_distribution: float | None = 0.95
+    collapse_drop: float
+    stall_margin: float | None
+    min_in_distribution: float | None
 
 
 def divergence(curves: dict[str, pd.DataFrame], collapse_drop: float, metas: dict[str, dict] | None = None,

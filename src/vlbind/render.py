@@ -28,7 +28,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from .settings import from_dict
+from .settings import config_defaults, from_dict
 
 SHAPES = ("rectangle", "circle", "hexagon", "triangle", "pentagon", "rhombus", "octagon", "star", "heart",
           "semicircle", "cross", "arrow", "annulus")
@@ -74,17 +74,18 @@ _SHAPE_PATHS = {
 
 
 @dataclass(frozen=True)
+@config_defaults("render")
 class RenderConfig:
-    layout: str = "per_object"
-    size: int = 224  # [paper] 224x224 pixels
-    n_colors: int = 8  # [paper] image training uses the first 8 web-safe colors
-    variants: int = 16  # per_object: random placements per color-shape pair [assumption]
-    n_images: int = 4096  # canvas: number of canvases [assumption]
-    min_objects: int = 2  # canvas: objects per canvas
-    max_objects: int = 8
-    min_scale: float = 0.3  # shape side as a fraction of the image (per_object) or of its cell (canvas)
-    max_scale: float = 0.6
-    seed: int = 0
+    layout: str
+    size: int  # image side, pixels
+    n_colors: int  # the first n web-safe colors
+    renderings: int  # per_object: renderings (random placements) per color-shape pair
+    n_images: int  # canvas: number of canvases
+    min_objects: int  # canvas: objects per canvas
+    max_objects: int
+    min_scale: float  # shape side as a fraction of the image (per_object) or of its cell (canvas)
+    max_scale: float
+    seed: int
 
     def __post_init__(self) -> None:
         if self.layout not in LAYOUTS:
@@ -157,7 +158,7 @@ def layout_objects(cfg: RenderConfig) -> pd.DataFrame:
         image = 0
         for color in range(cfg.n_colors):
             for shape in range(len(SHAPES)):
-                for _ in range(cfg.variants):
+                for _ in range(cfg.renderings):
                     side = int(round(rng.uniform(cfg.min_scale, cfg.max_scale) * cfg.size))
                     x0, y0 = rng.integers(0, cfg.size - side + 1, size=2)
                     rows.append((image, 0, color, shape, x0, y0, x0 + side, y0 + side))

@@ -39,7 +39,7 @@ from .model import Transformer
 from .optim import lr_at, make_optimizer, optimizer_step
 from .resume import RESUME_FILE, fingerprint, load_resume, save_resume, settings_key
 from .schema import check_fields, schema_defaults
-from .settings import NON_FINITE, from_dict
+from .settings import NON_FINITE, config_defaults, from_dict
 from .tasks import Batch, Role, StageSpec, batch_sizes, by_length, generate, pack_queries
 
 if TYPE_CHECKING:
@@ -55,24 +55,25 @@ _OPTIONAL = schema_defaults("train")
 
 
 @dataclass(frozen=True)
+@config_defaults("train")
 class TrainConfig:
-    lr: float = 1e-3  # lost from the paper's text; our assumption
-    warmup_steps: int = 2000
-    batch_size: int = 32
-    grad_clip: float = 1.0
-    weight_decay: float = 0.0
-    eval_every: int = 500
-    val_size: int = 2048
-    target_accuracy: float | None = None  # None: train until plateau or max_steps
-    patience: int = 10
-    min_delta: float = 0.001
+    lr: float
+    warmup_steps: int
+    batch_size: int
+    grad_clip: float
+    weight_decay: float
+    eval_every: int
+    val_size: int
+    target_accuracy: float | None  # None: train until plateau or max_steps
+    patience: int
+    min_delta: float
     # > 0 (not in the paper): the plateau rule waits until the best validation exceeds chance by this much, so a
     # stage never stops in the chance phase that precedes learning; 0: it never waits
     plateau_above_chance: float = _OPTIONAL["plateau_above_chance"]
-    max_steps: int = 200_000
+    max_steps: int
     # a stage that skips more steps (a non-finite loss or gradient) ends (module doc)
     max_skipped_steps: int = _OPTIONAL["max_skipped_steps"]
-    checkpoint_every: int = 2000  # rounded up to a multiple of eval_every
+    checkpoint_every: int  # rounded up to a multiple of eval_every
     precision: str = "fp32"  # "fp32" or "bf16" (autocast)
     # the training step's forward through torch.compile (CUDA: CUDA graphs); off: eager
     compile: bool = _OPTIONAL["compile"]

@@ -25,6 +25,7 @@ import pandas as pd
 
 from ..mechanisms import SCRATCH_LABELS as LABELS
 from ..mechanisms import first_spike
+from ..settings import config_defaults
 
 
 def effect(interchange: pd.DataFrame) -> pd.Series:
@@ -41,13 +42,14 @@ CANDIDATES = (*CIRCUITS, *(k for k in LABELS if k not in CIRCUITS and k != "no_e
 
 
 @dataclass(frozen=True)
+@config_defaults("interp.circuits")
 class CircuitRule:
     """The labelling rule's thresholds: config key interp.circuits (defaults: config.yaml's)."""
-    spike_threshold: float = 0.5  # first spike: the first layer where >= this share of answers change
-    probe_margin: float = 0.2  # probe accuracy above chance that counts as decodable
-    weak_share: float = 0.5  # weak: fewer than this share of the pairs follow the winner ...
-    weak_lead: float = 0.2  # ... or it leads the runner-up by less than this
-    min_pairs: int = 100  # a run that answers fewer interchange pairs (both prompts) shows no mechanism: "none"
+    spike_threshold: float  # first spike: the first layer where >= this share of answers change
+    probe_margin: float  # probe accuracy above chance that counts as decodable
+    weak_share: float  # weak: fewer than this share of the pairs follow the winner ...
+    weak_lead: float  # ... or it leads the runner-up by less than this
+    min_pairs: int  # a run that answers fewer interchange pairs (both prompts) shows no mechanism: "none"
 
 
 READ_ORDER = ("answer", "query", "both")  # the positions the rule reads, until one shows a spike (module doc)

@@ -41,6 +41,7 @@ from ..hooks import hook_name, resid_name
 from ..inference import answer_logits, model_inputs
 from ..mechanisms import SCRATCH_LABELS
 from ..model import Transformer
+from ..settings import config_defaults
 from ..tasks import BY_COLOR, RETRIEVAL, Batch, StageSpec, assemble, generate, in_batches, in_order
 
 LABELS = SCRATCH_LABELS  # vlbind.mechanisms: the vocabulary circuits.csv and table1.csv share
@@ -52,10 +53,11 @@ POSITIONS = {"answer": (1,), "query": (0,), "both": (0, 1)}
 
 
 @dataclass(frozen=True)
+@config_defaults("interp.interchange")
 class InterchangeConfig:
     """Config key interp.interchange (defaults: config.yaml's)."""
-    pairs: int = 1024  # pairs generated per model; those the model answers (both prompts) are kept
-    seed: int = 11
+    pairs: int  # pairs generated per model; those the model answers (both prompts) are kept
+    seed: int
 
 
 @dataclass

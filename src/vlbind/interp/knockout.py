@@ -24,6 +24,7 @@ import torch
 from ..hooks import hook_name, knockout_hook
 from ..inference import accuracy, count_correct
 from ..model import Transformer
+from ..settings import config_defaults
 from ..tasks import Batch
 from .prompts import ROLES, analysis_prompts, slot_of_positions
 
@@ -62,10 +63,11 @@ def accuracy_with_knockout(model: Transformer, batches: list[Batch], masks: list
 
 
 @dataclass(frozen=True)
+@config_defaults("interp.knockout")
 class KnockoutConfig:
     """Config key interp.knockout (defaults: config.yaml's)."""
-    prompts: int = 1024  # prompts of 2..8 objects per model
-    seed: int = 12
+    prompts: int  # prompts of 2..8 objects per model
+    seed: int
 
 
 def knockout_table(model: Transformer, n_prompts: int, seed: int, device="cpu",

@@ -16,6 +16,7 @@ import torch.nn.functional as F
 from ..hooks import hook_name, skip_block_hooks
 from ..inference import accuracy, model_inputs
 from ..model import Transformer
+from ..settings import config_defaults
 from ..tasks import Batch, Role
 from .prompts import analysis_prompts
 
@@ -48,10 +49,11 @@ def skip_accuracy(model: Transformer, batches: list[Batch], layer: int | None, d
 
 
 @dataclass(frozen=True)
+@config_defaults("interp.layer_relevance")
 class LayerRelevanceConfig:
     """Config key interp.layer_relevance (defaults: config.yaml's)."""
-    prompts: int = 1024  # prompts of 2..8 objects per model
-    seed: int = 14
+    prompts: int  # prompts of 2..8 objects per model
+    seed: int
 
 
 def layer_relevance_table(model: Transformer, n_prompts: int, seed: int, device="cpu",

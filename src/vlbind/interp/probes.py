@@ -22,6 +22,7 @@ import torch
 from ..hooks import resid_name
 from ..inference import model_inputs
 from ..model import Transformer
+from ..settings import config_defaults
 from ..tasks import Batch
 from .prompts import ROLES, analysis_prompts, slot_of_positions
 
@@ -30,12 +31,13 @@ ATTRIBUTES = ("slot", "color", "shape", "item")
 
 
 @dataclass(frozen=True)
+@config_defaults("interp.probes")
 class ProbeConfig:
     """Config key interp.probes (defaults: config.yaml's)."""
-    train_prompts: int = 2048
-    test_prompts: int = 512
-    ridge: float = 1.0  # L2 penalty on standardised features
-    seed: int = 13
+    train_prompts: int
+    test_prompts: int
+    ridge: float  # L2 penalty on standardised features
+    seed: int
 
 
 @torch.no_grad()

@@ -55,7 +55,7 @@ import pandas as pd
 import torch
 
 from ..mechanisms import QWEN_LABELS, first_spike, peak
-from ..settings import from_dict
+from ..settings import config_defaults, from_dict
 from .models import decoder_layers
 from .prompts import Chat
 from .words import BOX_OBJECTS
@@ -68,16 +68,17 @@ QUESTION = "Respond in one word, only the answer and nothing else: Which box is 
 
 
 @dataclass(frozen=True)
+@config_defaults("qwen.binding")
 class BindingConfig:
-    n_entries: int = 20  # [Gur-Arieh et al.] num_instances in example.ipynb and tasks/dist.py
-    pairs: int = 1000  # [Gur-Arieh et al.] tasks/dist.py's num_samples (example.ipynb: 3000)
-    filter_correct: bool = False  # [Gur-Arieh et al.] do_filter=False: pairs answered wrongly unpatched are kept
-    system_turn: bool = False  # [Gur-Arieh et al.] format_prompt sends the user's turn only (a template may add
-    # its default system prompt: Qwen2's and Qwen2.5's do); true: qwen.chat.system_prompt as in retrieval
-    spike_fraction: float = 0.5  # [assumption] first spike (a column beside the peak): effect >= this x its maximum
-    min_effect: float = 0.1  # [assumption] no peak (and no spike) when positional + symbolic never reach this share
-    layers_per_batch: int = 64  # patched last-token runs per forward (lower it if memory is short)
-    seed: int = 21
+    n_entries: int  # boxes per prompt
+    pairs: int  # interchange pairs per model
+    filter_correct: bool  # false: pairs answered wrongly unpatched are kept
+    system_turn: bool  # false: the user's turn only (a template may add its default system prompt: Qwen2's and
+    # Qwen2.5's do); true: qwen.chat.system_prompt as in retrieval
+    spike_fraction: float  # first spike (a column beside the peak): effect >= this x its maximum
+    min_effect: float  # no peak (and no spike) when positional + symbolic never reach this share
+    layers_per_batch: int  # patched last-token runs per forward (lower it if memory is short)
+    seed: int
 
     def __post_init__(self) -> None:
         if not 3 <= self.n_entries <= min(len(BOX_OBJECTS), len(LETTERS)):

@@ -28,7 +28,7 @@ import pandas as pd
 import torch
 
 from ..interp.probes import ridge_inputs
-from ..settings import from_dict
+from ..settings import config_defaults, from_dict
 from .models import decoder_layers
 from .prompts import Chat
 from .words import COLOR_WORDS, ITEM_WORDS, SHAPE_WORDS
@@ -37,13 +37,14 @@ ROLES = ("context shape", "association shape")
 
 
 @dataclass(frozen=True)
+@config_defaults("qwen.probes")
 class QwenProbeConfig:
-    train_prompts: int = 256  # [assumption]
-    test_prompts: int = 128  # [assumption]
-    n_objects: int = 6  # [assumption] objects per prompt
-    ridges: tuple[float, ...] = (0.1, 1.0, 10.0, 100.0, 1000.0, 10000.0, 100000.0)  # [assumption] penalties tried
-    folds: int = 5  # [assumption] cross-validation folds over the training prompts
-    seed: int = 31
+    train_prompts: int
+    test_prompts: int
+    n_objects: int  # objects per prompt
+    ridges: tuple[float, ...]  # penalties tried
+    folds: int  # cross-validation folds over the training prompts
+    seed: int
 
     def __post_init__(self) -> None:
         if not self.ridges or min(self.ridges) <= 0:

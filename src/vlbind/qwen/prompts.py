@@ -28,20 +28,21 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..settings import from_dict
+from ..settings import config_defaults, from_dict
 from .words import CITIES, FOODS, NAMES
 
 TASKS = ("direct", "indirect")
 
 
 @dataclass(frozen=True)
+@config_defaults("qwen.prompts")
 class PromptConfig:
-    context_lengths: tuple[int, ...] = (10, 25, 50, 75, 100)  # [assumption] lost from the paper's text
-    contexts_per_length: int = 10  # [paper] 10 independent contexts per length
-    likes_first: bool = True  # [assumption] Indirect part order: the paper's example has "is liked by" first,
+    context_lengths: tuple[int, ...]  # association pairs per context
+    contexts_per_length: int  # independent contexts per length
+    likes_first: bool  # Indirect part order: the paper's example has "is liked by" first,
     # its text the other way round
-    shuffle_people: bool = True  # [assumption] the second part lists the people in an independent order
-    seed: int = 0
+    shuffle_people: bool  # the second part lists the people in an independent order
+    seed: int
 
     def __post_init__(self) -> None:
         pool = min(len(NAMES), len(CITIES), len(FOODS))
@@ -106,13 +107,13 @@ def prompts(cfg: PromptConfig, task: str) -> list[RetrievalPrompt]:
 
 
 @dataclass(frozen=True)
+@config_defaults("qwen.chat")
 class Chat:
     """How every Qwen analysis renders a prompt: config key qwen.chat."""
 
-    system_prompt: str | None = "You are a helpful assistant."  # [paper] appendix B; None: no system turn (the
-    # template may add its own default)
-    thinking: bool | None = False  # [assumption] Qwen3's thinking mode (its template's enable_thinking) off; None:
-    # no flag passed, each template's default (the binding prompt: binding.their_chat)
+    system_prompt: str | None  # None: no system turn (the template may add its own default)
+    thinking: bool | None  # Qwen3's thinking mode (its template's enable_thinking); None: no flag passed, each
+    # template's default (the binding prompt: binding.their_chat)
 
     @classmethod
     def from_dict(cls, d: dict) -> Chat:

@@ -14,19 +14,21 @@ from dataclasses import dataclass
 import pandas as pd
 import torch
 
+from ..settings import config_defaults
 from .prompts import Chat, RetrievalPrompt, is_correct
 
 log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
+@config_defaults("qwen.generation")
 class Generation:
     """How answers are generated (config key qwen.generation): at most `max_new_tokens`, greedy or with the model's
     own settings (sampling where it samples, seeded by `seed`), `batch_size` prompts at a time."""
-    greedy: bool = False
-    max_new_tokens: int = 64
-    batch_size: int = 8
-    seed: int = 0
+    greedy: bool
+    max_new_tokens: int
+    batch_size: int
+    seed: int
 
 
 @torch.no_grad()
