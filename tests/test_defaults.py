@@ -3,6 +3,7 @@
 take theirs from the schema, and config.yaml does not repeat them."""
 
 import dataclasses
+import re
 import shutil
 import subprocess
 import sys
@@ -13,6 +14,7 @@ from test_config_reference import ROOT
 
 from vlbind import config as vlconfig
 from vlbind import schema as vlschema
+from vlbind.encoder_pretrain import PretrainConfig
 from vlbind.evaluate import EvalConfig
 from vlbind.interp.circuits import CircuitRule
 from vlbind.interp.interchange import InterchangeConfig
@@ -118,3 +120,21 @@ def test_a_config_without_a_section_the_rules_read_names_it():
         config = {k: v for k, v in PAPER.items() if k != section}
         with pytest.raises(vlconfig.ConfigError, match=f"'{section}' is a required property"):
             vlconfig.validate(config)
+
+
+@pytest.mark.parametrize("build, key, bad", [
+    (lambda v: TrainConfig(lr=v), "lr", 0.0),
+    (lambda v: StageSpec(noise_fraction=v), "noise_fraction", 1.5),
+    (lambda v: EvalConfig(orders=v), "orders", ("shuffled", "shuffled")),
+    (lambda v: EvalConfig(max_objects=v), "max_objects", 33),
+    (lambda v: RenderConfig(n_colors=v), "n_colors", 217),
+    (lambda v: RenderConfig(layout=v), "layout", "grid"),
+    (lambda v: PretrainConfig(renderings=v), "renderings", 1),
+    (lambda v: BindingConfig(spike_fraction=v), "spike_fraction", 0.0),
+], ids=lambda x: x if isinstance(x, str) else None)
+def test_a_settings_dataclass_checks_a_value_against_the_schema_and_names_it(build, key, bad):
+    """Types and ranges have one home, the schema: a dataclass built in code with a value a config could not hold
+    fails naming the key and the value."""
+    shown = repr(list(bad) if isinstance(bad, tuple) else bad)  # a tuple field is checked as the config's list
+    with pytest.raises(ValueError, match=rf"[A-Za-z]+\.{key}={re.escape(shown)}"):
+        build(bad)

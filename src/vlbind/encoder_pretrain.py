@@ -23,6 +23,7 @@ from .device import autocast
 from .encoders import normalizer, to_tensor
 from .files import atomic_write, write_json
 from .render import SHAPES, RenderConfig, layout_objects, placements, render
+from .schema import check_fields
 from .settings import from_dict
 
 log = logging.getLogger(__name__)
@@ -40,10 +41,7 @@ class PretrainConfig:
     seed: int = 1  # renders and initialises; the image bank renders from render.seed (0)
 
     def __post_init__(self) -> None:
-        if self.renderings < 2:
-            raise ValueError(f"PretrainConfig.renderings={self.renderings}: need >= 2 (one is held out)")
-        if not 0 < self.held_out < 1:
-            raise ValueError(f"PretrainConfig.held_out={self.held_out} must lie in (0, 1)")
+        check_fields("encoders.*.pretrain", self)  # types and ranges: the schema's (renderings >= 2: one held out)
 
     @classmethod
     def from_dict(cls, d: dict) -> PretrainConfig:

@@ -18,8 +18,9 @@ import torch
 
 from .inference import count_correct
 from .model import Transformer
+from .schema import check_fields
 from .settings import config_defaults
-from .tasks import BY_COLOR, ORDERS, RETRIEVAL, StageSpec, generate, in_batches, in_order
+from .tasks import BY_COLOR, RETRIEVAL, StageSpec, generate, in_batches, in_order
 
 
 @dataclass(frozen=True)
@@ -35,13 +36,9 @@ class EvalConfig:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "orders", tuple(self.orders))
-        if not self.orders or len(set(self.orders)) != len(self.orders) or set(self.orders) - set(ORDERS):
-            raise ValueError(f"EvalConfig.orders={list(self.orders)}: one or both of {list(ORDERS)}, each once")
-        if not 1 <= self.min_objects <= self.max_objects <= 32:
-            raise ValueError(f"EvalConfig needs 1 <= min_objects <= max_objects <= 32 (items available), "
-                             f"got {self.min_objects}..{self.max_objects}")
-        if self.prompts_per_length < 1 or self.batch_size < 1:
-            raise ValueError("EvalConfig.prompts_per_length and batch_size must be >= 1")
+        check_fields("evaluate", self)  # types and ranges: the schema's
+        if self.min_objects > self.max_objects:
+            raise ValueError(f"EvalConfig needs min_objects <= max_objects, got {self.min_objects}..{self.max_objects}")
 
 
 EVAL_SPEC = StageSpec(n_colors=216, n_shapes=216, n_items=32, min_objects=2, max_objects=32, shuffle=True)

@@ -28,6 +28,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from .schema import check_fields
 from .settings import config_defaults, from_dict
 
 SHAPES = ("rectangle", "circle", "hexagon", "triangle", "pentagon", "rhombus", "octagon", "star", "heart",
@@ -88,12 +89,9 @@ class RenderConfig:
     seed: int
 
     def __post_init__(self) -> None:
-        if self.layout not in LAYOUTS:
-            raise ValueError(f"RenderConfig.layout={self.layout!r}; valid: {LAYOUTS}")
-        if not 1 <= self.n_colors <= len(WEB_SAFE):
-            raise ValueError(f"RenderConfig.n_colors={self.n_colors} must lie in 1..{len(WEB_SAFE)}")
-        if not 0 < self.min_scale <= self.max_scale <= 1:
-            raise ValueError("RenderConfig needs 0 < min_scale <= max_scale <= 1")
+        check_fields("render", self)  # types and ranges: the schema's
+        if self.min_scale > self.max_scale:
+            raise ValueError("RenderConfig needs min_scale <= max_scale")
         limit = min(len(SHAPES), self.n_colors)
         if self.layout == "canvas" and not 1 <= self.min_objects <= self.max_objects <= limit:
             raise ValueError(f"RenderConfig needs 1 <= min_objects <= max_objects <= {limit} "

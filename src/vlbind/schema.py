@@ -35,23 +35,40 @@ def schema_defaults(definition: str) -> dict:
     return {k: p["default"] for k, p in props.items() if "default" in p}
 
 
+def section_schema(path: str) -> dict:
+    """The schema of config key `path`, dotted, `*` for an entry of a mapping ("qwen.binding",
+    "encoders.*.pretrain"); references followed, so "task" and "train" give their definitions."""
+    node = schema()
+    for part in path.split("."):
+        node = _followed(node)
+        node = node["additionalProperties"] if part == "*" else node["properties"][part]
+    return _followed(node)
+
+
+def _followed(node: dict) -> dict:
+    while "$ref" in node:
+        node = schema()["definitions"][node["$ref"].rsplit("/", 1)[1]]
+    return node
+
+
 @functools.cache
-def _field_validators(definition: str) -> dict:
+def _field_validators(path: str) -> dict:
     import jsonschema
 
-    return {k: jsonschema.Draft7Validator(p) for k, p in schema()["definitions"][definition]["properties"].items()}
+    return {k: jsonschema.Draft7Validator(p) for k, p in section_schema(path)["properties"].items()}
 
 
-def check_fields(definition: str, owner: object) -> None:
-    """Check a settings dataclass against the schema's `definition` ("task", "train"): the one statement of each
-    key's type and range, for configs and for dataclasses built in code alike. Raises ValueError naming
-    `Class.key=value` and what would be valid; fields the definition lacks (or holds as a per-device table) are the
-    dataclass's own to check."""
+def check_fields(path: str, owner: object) -> None:
+    """Check a settings dataclass against the schema of config key `path` ("task", "train", "render",
+    "encoders.*.pretrain"): the one statement of each key's type and range, for configs and for dataclasses built in
+    code alike. Raises ValueError naming `Class.key=value` and what would be valid; fields the section lacks (or holds
+    as a per-device table) are the dataclass's own to check, as are relations between fields."""
     import jsonschema
 
-    for key, validator in _field_validators(definition).items():
+    for key, validator in _field_validators(path).items():
         if "properties" in validator.schema or not hasattr(owner, key):
             continue
         value = getattr(owner, key)
+        value = list(value) if isinstance(value, tuple) else value  # a config's list, frozen
         if (error := jsonschema.exceptions.best_match(validator.iter_errors(value))) is not None:
             raise ValueError(f"{type(owner).__name__}.{key}={value!r}: {error.message}")

@@ -55,6 +55,7 @@ import pandas as pd
 import torch
 
 from ..mechanisms import QWEN_LABELS, first_spike, peak
+from ..schema import check_fields
 from ..settings import config_defaults, from_dict
 from .models import decoder_layers
 from .prompts import Chat
@@ -84,9 +85,7 @@ class BindingConfig:
         if not 3 <= self.n_entries <= min(len(BOX_OBJECTS), len(LETTERS)):
             raise ValueError(f"qwen.binding.n_entries={self.n_entries}: needs 3 (q, c and one more entry) to "
                              f"{min(len(BOX_OBJECTS), len(LETTERS))} (the objects in vlbind/qwen/words.py)")
-        if not 0 < self.spike_fraction <= 1 or not 0 <= self.min_effect <= 1:
-            raise ValueError(f"qwen.binding.spike_fraction={self.spike_fraction} must lie in (0, 1] and "
-                             f"min_effect={self.min_effect} in [0, 1]")
+        check_fields("qwen.binding", self)  # types and ranges: the schema's
 
     @classmethod
     def from_dict(cls, d: dict) -> BindingConfig:
