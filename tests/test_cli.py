@@ -110,3 +110,13 @@ def test_check_config_names_the_file_and_line_of_a_yaml_error_and_passes_a_good_
     assert proc.returncode == 2 and str(bad) in proc.stderr and "line 2" in proc.stderr
     proc = subprocess.run([*run, "config/mini.yaml"], cwd=ROOT, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
+
+
+def test_the_default_config_is_the_repositorys_from_any_directory(tmp_path):
+    """Without --config, sample reads config/config.yaml (shipped with the package) wherever it runs."""
+    args = ["-m", "vlbind", "sample", "--stage", "text_s4", "--count", "3", "--seed", "1"]
+    elsewhere = subprocess.run([sys.executable, *args], cwd=tmp_path, capture_output=True, text=True)
+    named = subprocess.run([sys.executable, *args, "--config", "config/config.yaml"], cwd=ROOT, capture_output=True,
+                           text=True)
+    assert elsewhere.returncode == 0, elsewhere.stderr
+    assert elsewhere.stdout == named.stdout and elsewhere.stdout.count("\n") == 3

@@ -16,11 +16,10 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 
 import numpy as np
 
-PAPER_CONFIG = Path(__file__).resolve().parents[2] / "config/config.yaml"  # the source tree's, from any directory
+from .settings import DEFAULTS_FILE
 
 
 def _sample(args) -> int:
@@ -103,8 +102,9 @@ def main(argv: list[str] | None = None) -> int:
                    help="print interchange pairs (original, counterfactual, five mechanism predictions)")
     s.add_argument("--bank", help="an image bank directory (objects.parquet), for image-context stages")
     s.add_argument("--features", help="that bank's feature file (.npy), for image-context stages")
-    s.add_argument("--config", nargs="+", default=[str(PAPER_CONFIG)],
-                   help="config file and overlays, merged left to right (default: the repository's config.yaml)")
+    s.add_argument("--config", nargs="+", default=[str(DEFAULTS_FILE)],
+                   help="config file and overlays, merged left to right (default: the packaged config.yaml, the "
+                        "repository's config/config.yaml)")
     c = sub.add_parser("check-config", help="merge and validate config files; print the first error")
     c.add_argument("files", nargs="+", help="config file and overlays, merged left to right")
     args = parser.parse_args(argv)
