@@ -28,14 +28,13 @@ include: "workflow/rules/qwen.smk"
 rule all:
     default_target: True
     input:
-        rules.fig3.output.pdf,
+        rules.accuracy_figures.output,
         rules.fig7.output.pdf,
-        rules.fig8.output.pdf,
         rules.ood_table.output.csv,
         rules.training_table.output.csv,
         rules.circuits.output.csv,
         rules.claims.output.csv,
-        expand("results/figures/{fig}.pdf", fig=INTERP_FIGURES),
+        rules.interp_figures.output,
 
 
 onsuccess:

@@ -1,5 +1,5 @@
-"""Snakemake adapter: one mechanistic analysis (interchange, knockout, probes, layer_relevance) of one
-trained model -> a tidy parquet table tagged with variant and run."""
+"""Snakemake adapter: every mechanistic analysis (interchange, knockout, probes, layer_relevance) of one trained
+model, loaded once -> one tidy parquet table per analysis, tagged with variant and run."""
 from pathlib import Path
 
 from vlbind.checkpoint import load_model
@@ -12,12 +12,12 @@ sm = snakemake  # noqa: F821 (injected by Snakemake)
 log = setup_logging(sm.log[0])
 device, precision = job_device(sm.params.device, sm.threads, sm.params.precision)
 model, _ = load_model(Path(sm.input.model).parent, device)
-analysis = sm.wildcards.analysis
-table, summary = analyze(analysis, model, settings(analysis, dict(sm.params.settings)), device, sm.params.order,
-                         precision)
-log.info("%s: %s", analysis, summary)
-table.insert(0, "run", sm.wildcards.run)
-table.insert(0, "variant", sm.wildcards.variant)
-table["order"] = sm.params.order
-atomic_write(Path(sm.output.table), lambda tmp: table.to_parquet(tmp, index=False))
-log.info("%s %s %s:\n%s", analysis, sm.wildcards.variant, sm.wildcards.run, table.to_string())
+variant, run = sm.wildcards.variant, sm.wildcards.run
+for analysis, section in sm.params.settings.items():
+    table, summary = analyze(analysis, model, settings(analysis, dict(section)), device, sm.params.order, precision)
+    log.info("%s: %s", analysis, summary)
+    table.insert(0, "run", run)
+    table.insert(0, "variant", variant)
+    table["order"] = sm.params.order
+    atomic_write(Path(sm.output[analysis]), lambda tmp, t=table: t.to_parquet(tmp, index=False))
+    log.info("%s %s %s:\n%s", analysis, variant, run, table.to_string())

@@ -1,4 +1,5 @@
-"""Snakemake adapter: Direct or Indirect Retrieval of one pretrained Qwen model (or its tiny stand-in)."""
+"""Snakemake adapter: Direct and Indirect Retrieval of one pretrained Qwen model (or its tiny stand-in), loaded
+once; each task's generation seeded on its own (retrieval.evaluate), as if it ran alone."""
 from vlbind.device import job_device
 from vlbind.files import atomic_write
 from vlbind.logs import setup_logging
@@ -13,8 +14,9 @@ device, _ = job_device(sm.params.device, sm.threads)  # the weights' dtype: jobs
 spec = models.QwenModel.from_dict(sm.params.model)
 model, tok = jobs.for_job(spec, sm.params.tiny, sm.params.dtype, device)
 cfg = PromptConfig.from_dict(sm.params.prompts)
-table = evaluate(model, tok, prompts(cfg, sm.wildcards.task), chat=Chat.from_dict(sm.params.chat),
-                 generation=from_dict(Generation, dict(sm.params.generation)), device=device)
-table = jobs.with_model_columns(table, sm.wildcards.model, spec, sm.params.tiny)
-atomic_write(sm.output.table, lambda tmp: table.to_parquet(tmp, index=False))
-log.info("wrote %s: accuracy %.3f over %d prompts", sm.output.table, table["correct"].mean(), len(table))
+for task, path in sm.output.items():
+    table = evaluate(model, tok, prompts(cfg, task), chat=Chat.from_dict(sm.params.chat),
+                     generation=from_dict(Generation, dict(sm.params.generation)), device=device)
+    table = jobs.with_model_columns(table, sm.wildcards.model, spec, sm.params.tiny)
+    atomic_write(path, lambda tmp, t=table: t.to_parquet(tmp, index=False))
+    log.info("wrote %s: accuracy %.3f over %d prompts", path, table["correct"].mean(), len(table))

@@ -54,19 +54,31 @@ def kill_at(step: int, out_dir, spec=SPEC, cfg=CFG) -> None:
         train_attempt(fresh(), spec, cfg, out_dir, stage="text_s1", callback=die)
 
 
-@pytest.mark.parametrize("spec, cfg", [(SPEC, CFG), (SPEC, DENSE_CFG)], ids=["plain", "dense"])
-def test_resume_after_kill_reaches_the_uninterrupted_weights(tmp_path, spec, cfg):
-    ref = fresh()
-    train_attempt(ref, spec, cfg, tmp_path / "ref", stage="text_s1")
-    kill_at(8, tmp_path / "run", spec, cfg)
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory):
+    """A fresh model trained uninterrupted with SPEC and CFG, once for the tests that compare a run with it: its
+    directory and the trained model."""
+    out, model = tmp_path_factory.mktemp("reference"), fresh()
+    train_attempt(model, SPEC, CFG, out, stage="text_s1")
+    return out, model
+
+
+@pytest.mark.parametrize("cfg", [CFG, DENSE_CFG], ids=["plain", "dense"])
+def test_resume_after_kill_reaches_the_uninterrupted_weights(tmp_path, reference, cfg):
+    if cfg is CFG:
+        ref_dir, ref = reference
+    else:
+        ref_dir, ref = tmp_path / "ref", fresh()
+        train_attempt(ref, SPEC, cfg, ref_dir, stage="text_s1")
+    kill_at(8, tmp_path / "run", SPEC, cfg)
     assert (tmp_path / "run" / RESUME_FILE).is_file()
     assert not (tmp_path / "run" / "model.safetensors").exists()
-    meta = train_attempt(fresh(), spec, cfg, tmp_path / "run", stage="text_s1")
+    meta = train_attempt(fresh(), SPEC, cfg, tmp_path / "run", stage="text_s1")
     assert meta["resumed"] and not (tmp_path / "run" / RESUME_FILE).exists()
     resumed, _ = load_model(tmp_path / "run")
     for k, v in ref.state_dict().items():
         assert torch.equal(resumed.state_dict()[k], v), k
-    a = pd.read_parquet(tmp_path / "ref" / "metrics.parquet")
+    a = pd.read_parquet(ref_dir / "metrics.parquet")
     b = pd.read_parquet(tmp_path / "run" / "metrics.parquet")
     pd.testing.assert_series_equal(a["val_accuracy"], b["val_accuracy"])
     pd.testing.assert_series_equal(a["train_loss"], b["train_loss"])
@@ -206,13 +218,16 @@ def test_a_ramp_killed_in_its_last_length_keeps_the_lengths_done_and_reaches_the
     assert json.loads((tmp_path / "run" / "ramp" / "n2" / "meta.json").read_text())["start"]["steps"] == 2
 
 
-def test_same_seed_same_weights_and_metrics(tmp_path):
-    a, b = fresh(), fresh()
-    train_attempt(a, SPEC, CFG, tmp_path / "a", stage="text_s1")
+def test_same_seed_same_weights_and_metrics(tmp_path, reference):
+    a_dir, a = reference
+    b = fresh()
     train_attempt(b, SPEC, CFG, tmp_path / "b", stage="text_s1")
     for k, v in a.state_dict().items():
         assert torch.equal(b.state_dict()[k], v)
-    meta = json.loads((tmp_path / "a" / "meta.json").read_text())
+    a_curve, b_curve = (pd.read_parquet(d / "metrics.parquet") for d in (a_dir, tmp_path / "b"))
+    pd.testing.assert_frame_equal(a_curve[["step", "val_accuracy", "train_loss"]],
+                                  b_curve[["step", "val_accuracy", "train_loss"]])
+    meta = json.loads((a_dir / "meta.json").read_text())
     assert meta["steps"] == 12 and meta["stage"] == "text_s1"
     c = fresh()
     train_attempt(c, SPEC, TrainConfig(**{**CFG.__dict__, "seed": 1}), tmp_path / "c", stage="text_s1")

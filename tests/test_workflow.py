@@ -78,11 +78,9 @@ def downstream_of_models(variants, encoder=None) -> set[tuple[str, str]]:
     evaluation, analyses, figures, tables."""
     runs = {v: [r for r in RUNS[v] if encoder is None or r.endswith(f"-{encoder}")] for v in variants}
     jobs = {("evaluate", f"variant={v}, run={r}") for v in variants for r in runs[v]}
-    jobs |= {("analyze", f"analysis={a}, variant={v}, run={r}") for a in ANALYSES for v in variants if v in ANALYSED
-             for r in runs[v]}
-    jobs |= {("fig3", ""), ("fig8", ""), ("ood_table", ""), ("training_table", ""), ("all", ""), ("circuits", ""),
-             ("claims", "")}
-    return jobs | {("interp_figure", f"fig={f}") for f in INTERP_FIGURES}
+    jobs |= {("analyze", f"variant={v}, run={r}") for v in variants if v in ANALYSED for r in runs[v]}
+    return jobs | {("accuracy_figures", ""), ("ood_table", ""), ("training_table", ""), ("all", ""), ("circuits", ""),
+                   ("claims", ""), ("interp_figures", "")}
 
 
 @pytest.fixture(scope="module")
@@ -145,7 +143,7 @@ def test_every_stage_has_a_checkpoint_and_every_job_a_log(smoke_tree):
     for log in logs + [f"features/{e}/per_object.log" for e in ENCODERS]:
         assert (smoke_tree / "results/logs" / log).stat().st_size > 0
     model_jobs = ["train/seed0/text_s1.log", "train/seed1-cnn_tiny/image.log", "evaluate/text_only/seed0.log",
-                  "interp/probes/image_text/seed0-vit_tiny.log", "features/vit_tiny/per_object.log",
+                  "interp/image_text/seed0-vit_tiny.log", "features/vit_tiny/per_object.log",
                   "encoders/cnn_tiny.log"]
     for log in model_jobs:  # where it ran and in which precision, in its first lines
         head = (smoke_tree / "results/logs" / log).read_text().splitlines()[:3]
@@ -181,11 +179,11 @@ def test_changed_stage_parameter_reruns_exactly_that_stage_and_descendants(smoke
     assert jobs == expected | downstream_of_models(VARIANTS)
 
 
-def test_changed_probe_setting_reruns_only_the_probes_and_what_reads_them(smoke_tree, tmp_path):
+def test_changed_probe_setting_reruns_the_analyses_and_what_reads_them_and_no_evaluation(smoke_tree, tmp_path):
+    """A model's four analyses are one job: a probe setting reruns that job of every analysed model."""
     jobs = dry_run_with(smoke_tree, tmp_path, "interp:\n  probes: {ridge: 2.0}\n")
-    expected = {("analyze", f"analysis=probes, variant={v}, run={r}") for v in ANALYSED for r in RUNS[v]}
-    expected |= {("circuits", ""), ("claims", ""), ("all", "")}
-    expected |= {("interp_figure", f"fig={f}") for f in INTERP_FIGURES}
+    expected = {("analyze", f"variant={v}, run={r}") for v in ANALYSED for r in RUNS[v]}
+    expected |= {("circuits", ""), ("claims", ""), ("all", ""), ("interp_figures", "")}
     assert jobs == expected
 
 
@@ -215,7 +213,7 @@ def test_a_changed_grid_of_a_pretrained_encoder_reextracts_its_features_without_
 
 def test_changed_eval_setting_retrains_nothing(smoke_tree, tmp_path):
     jobs = dry_run_with(smoke_tree, tmp_path, "evaluate: {prompts_per_length: 8}\n")
-    assert {rule for rule, _ in jobs} == {"evaluate", "fig3", "fig8", "ood_table", "claims", "all"}
+    assert {rule for rule, _ in jobs} == {"evaluate", "accuracy_figures", "ood_table", "claims", "all"}
 
 
 MALFORMED = [  # (overlay on config.yaml + smoke.yaml, the key its error must name)
@@ -357,8 +355,8 @@ def test_dag_building_and_figures_import_no_torch_and_no_consumer_imports_traini
     assert not [p.name for p in consumers if re.search(r"from \.+train import", p.read_text())]
 
 
-def test_slurm_profile_gives_training_and_evaluation_a_gpu_and_its_threads(tmp_path):
-    work = copy_workflow(tmp_path / "wf")
+def test_slurm_profile_gives_training_and_evaluation_a_gpu_and_its_threads(workflow_copy):
+    work = workflow_copy
     out = snakemake(work, "--workflow-profile", "profiles/slurm", "-n", "--configfile", "config/smoke.yaml",
                     cores=None).stdout
     blocks = re.split(r"\n(?=(?:localrule|rule) )", out)
@@ -367,15 +365,15 @@ def test_slurm_profile_gives_training_and_evaluation_a_gpu_and_its_threads(tmp_p
         mine = [b for b in blocks if b.startswith(f"rule {rule}:")]
         assert mine and all(re.search(r"resources:.*\bgpu=1\b", b) for b in mine)
         assert threads[rule] > 2 and all(f"threads: {threads[rule]}\n" in b for b in mine), rule
-    cpu_only = ("rule fig3:", "rule all:", "rule render_bank:")
+    cpu_only = ("rule accuracy_figures:", "rule all:", "rule render_bank:")
     assert not any(re.search(r"\bgpu=", b) for b in blocks if b.startswith(cpu_only))
     default = yaml.safe_load((ROOT / "profiles/default/config.yaml").read_text())
     slurm = yaml.safe_load((ROOT / "profiles/slurm/config.yaml").read_text())
     assert slurm["rerun-triggers"] == default["rerun-triggers"]
 
 
-def test_paper_config_dry_run_lists_every_stage_for_4_seeds_and_3_encoders(tmp_path):
-    work = copy_workflow(tmp_path / "wf")
+def test_paper_config_dry_run_lists_every_stage_for_4_seeds_and_3_encoders(workflow_copy):
+    work = workflow_copy
     out = snakemake(work, "-n", "--cores", "8", "results/figures/fig3.pdf").stdout
     counts = {rule: len([j for j in scheduled(out) if j[0] == rule]) for rule in
               ("render_bank", "extract_features", "train_text", "train_vision", "evaluate")}
@@ -469,11 +467,11 @@ def test_qwen_sub_dag_runs_on_tiny_models_to_every_figure_and_table1(smoke_tree)
     assert set(probes["model"]) == set(models) and set(probes["role"]) == {"context shape", "association shape"}
 
 
-def test_qwen_all_on_the_paper_config_lists_six_models_with_a_gpu_each(tmp_path):
-    work = copy_workflow(tmp_path / "wf")
+def test_qwen_all_on_the_paper_config_lists_six_models_with_a_gpu_each(workflow_copy):
+    work = workflow_copy
     out = snakemake(work, "-n", "qwen_all").stdout
     blocks = [b for b in re.split(r"\n(?=(?:localrule|rule) )", out) if b.startswith("rule qwen_retrieval:")]
-    assert len(blocks) == 6 * 2 and all(re.search(r"resources:.*\bgpu=1\b", b) for b in blocks)
+    assert len(blocks) == 6 and all(re.search(r"resources:.*\bgpu=1\b", b) for b in blocks)
     binding = [b for b in re.split(r"\n(?=(?:localrule|rule) )", out) if b.startswith("rule qwen_binding:")]
     assert len(binding) == 6 and all(re.search(r"resources:.*\bgpu=1\b", b) for b in binding)
     probes = [b for b in re.split(r"\n(?=(?:localrule|rule) )", out) if b.startswith("rule qwen_probes:")]

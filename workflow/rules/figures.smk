@@ -2,40 +2,29 @@
 # figures.py is an input, so editing the plotting code redraws the figures.
 
 
-rule fig3:
+rule accuracy_figures:
+    """Figure 3 (means over runs) and Figure 8 (every run) from the evaluation tables, in one job."""
     input:
         tables=eval_tables(),
         code=f"{REPO}/src/vlbind/figures.py",
     output:
-        pdf=report(
-            "results/figures/fig3.pdf",
-            caption="../report/fig3.rst",
-            category="1 Generalization (both arms)",
-        ),
+        **{
+            fig: report(
+                f"results/figures/{fig}.pdf", caption=f"../report/{fig}.rst", category="1 Generalization (both arms)"
+            )
+            for fig in ("fig3", "fig8")
+        },
     log:
-        "results/logs/figures/fig3.log",
+        "results/logs/figures/accuracy_figures.log",
     benchmark:
-        "results/benchmarks/figures/fig3.tsv"
+        "results/benchmarks/figures/accuracy_figures.tsv"
     conda:
         "../envs/vlbind.yaml"
     params:
         note=vlcaptions.figure_note(config),
-        trained=vlcaptions.training_note(config, config["variants"]),  # the caption's
+        trained=vlcaptions.training_note(config, config["variants"]),  # the captions'
     script:
         "../../scripts/figure.py"
-
-
-use rule fig3 as fig8 with:
-    output:
-        pdf=report(
-            "results/figures/fig8.pdf",
-            caption="../report/fig8.rst",
-            category="1 Generalization (both arms)",
-        ),
-    log:
-        "results/logs/figures/fig8.log",
-    benchmark:
-        "results/benchmarks/figures/fig8.tsv"
 
 
 rule training_table:

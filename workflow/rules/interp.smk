@@ -2,23 +2,23 @@
 
 
 rule analyze:
+    """Every analysis of one model in one job, the model loaded once: a changed interp.<analysis> setting reruns
+    the analyses of every analysed model (all four), and what reads their tables."""
     input:
         model=variant_model,
     output:
-        table="results/interp/{analysis}/{variant}/{run}.parquet",
+        **{a: f"results/interp/{a}/{{variant}}/{{run}}.parquet" for a in ANALYSES},
     log:
-        "results/logs/interp/{analysis}/{variant}/{run}.log",
+        "results/logs/interp/{variant}/{run}.log",
     benchmark:
-        "results/benchmarks/interp/{analysis}/{variant}/{run}.tsv"
-    wildcard_constraints:
-        analysis="|".join(ANALYSES),
+        "results/benchmarks/interp/{variant}/{run}.tsv"
     conda:
         "../envs/vlbind.yaml"
     threads: config["resources"]["threads"]
     resources:
         **job_resources("gpu"),
     params:
-        settings=lambda wc: vlconfig.canonical(config["interp"][wc.analysis]),
+        settings={a: vlconfig.canonical(config["interp"][a]) for a in ANALYSES},
         order=config["interp"]["order"],
         precision=vlconfig.canonical(config["precision"]),
         device=config["device"],
@@ -70,27 +70,26 @@ rule claims:
         "../../scripts/claims.py"
 
 
-rule interp_figure:
+rule interp_figures:
+    """Every figure of the analyses in one job (figures.py is an input: restyling redraws them all)."""
     input:
-        tables=lambda wc: interp_tables(INTERP_FIGURES[wc.fig]),
+        **{a: interp_tables(a) for a in ANALYSES},
         circuits=rules.circuits.output.csv,
         code=f"{REPO}/src/vlbind/figures.py",
     output:
-        pdf=report(
-            "results/figures/{fig}.pdf",
-            caption="../report/interp_figure.rst",
-            category="3 Analyses",
-        ),
+        **{
+            fig: report(f"results/figures/{fig}.pdf", caption=f"../report/{fig}.rst", category="3 Analyses")
+            for fig in INTERP_FIGURES
+        },
     log:
-        "results/logs/figures/{fig}.log",
+        "results/logs/figures/interp_figures.log",
     benchmark:
-        "results/benchmarks/figures/{fig}.tsv"
-    wildcard_constraints:
-        fig="|".join(INTERP_FIGURES),
+        "results/benchmarks/figures/interp_figures.tsv"
     conda:
         "../envs/vlbind.yaml"
     params:
+        analyses=INTERP_FIGURES,
         note=vlcaptions.figure_note(config, config["interp"]["order"]),
-        trained=vlcaptions.training_note(config, config["interp"]["variants"]),  # the caption's
+        trained=vlcaptions.training_note(config, config["interp"]["variants"]),  # the captions'
     script:
-        "../../scripts/interp_figure.py"
+        "../../scripts/interp_figures.py"

@@ -3,14 +3,13 @@
 
 
 rule qwen_retrieval:
+    """Both retrieval tasks of one model in one job, the model loaded once."""
     output:
-        table="results/qwen/retrieval/{model}/{task}.parquet",
+        **{task: f"results/qwen/retrieval/{{model}}/{task}.parquet" for task in ("direct", "indirect")},
     log:
-        "results/logs/qwen/retrieval/{model}/{task}.log",
+        "results/logs/qwen/retrieval/{model}.log",
     benchmark:
-        "results/benchmarks/qwen/retrieval/{model}/{task}.tsv"
-    wildcard_constraints:
-        task="direct|indirect",
+        "results/benchmarks/qwen/retrieval/{model}.tsv"
     conda:
         "../envs/vlbind.yaml"
     threads: config["resources"]["threads"]
@@ -24,35 +23,23 @@ rule qwen_retrieval:
         "../../scripts/qwen_retrieval.py"
 
 
-rule fig2:
+rule qwen_retrieval_figures:
     input:
         tables=qwen_tables(),
         code=f"{REPO}/src/vlbind/qwen/figures.py",
     output:
-        pdf=report(
-            "results/figures/fig2.pdf",
-            caption="../report/qwen_retrieval.rst",
-            category="4 Qwen LLMs vs VLMs",
-        ),
+        **{
+            fig: report(f"results/figures/{fig}.pdf", caption=f"../report/{fig}.rst", category="4 Qwen LLMs vs VLMs")
+            for fig in ("fig2", "fig6")
+        },
     log:
-        "results/logs/figures/fig2.log",
+        "results/logs/figures/qwen_retrieval_figures.log",
     conda:
         "../envs/vlbind.yaml"
     params:
         note=QWEN_NOTE,
     script:
         "../../scripts/qwen_figure.py"
-
-
-use rule fig2 as fig6 with:
-    output:
-        pdf=report(
-            "results/figures/fig6.pdf",
-            caption="../report/qwen_retrieval.rst",
-            category="4 Qwen LLMs vs VLMs",
-        ),
-    log:
-        "results/logs/figures/fig6.log",
 
 
 rule qwen_binding:
@@ -113,18 +100,17 @@ rule qwen_probes:
         "../../scripts/qwen_probes.py"
 
 
-rule fig14:
+rule qwen_probe_figures:
     input:
         tables=expand("results/qwen/probes/{model}.parquet", model=QWEN["models"]),
         code=f"{REPO}/src/vlbind/qwen/figures.py",
     output:
-        pdf=report(
-            "results/figures/fig14.pdf",
-            caption="../report/qwen_probes.rst",
-            category="4 Qwen LLMs vs VLMs",
-        ),
+        **{
+            fig: report(f"results/figures/{fig}.pdf", caption=f"../report/{fig}.rst", category="4 Qwen LLMs vs VLMs")
+            for fig in ("fig14", "fig15")
+        },
     log:
-        "results/logs/figures/fig14.log",
+        "results/logs/figures/qwen_probe_figures.log",
     conda:
         "../envs/vlbind.yaml"
     params:
@@ -133,21 +119,8 @@ rule fig14:
         "../../scripts/qwen_figure.py"
 
 
-use rule fig14 as fig15 with:
-    output:
-        pdf=report(
-            "results/figures/fig15.pdf",
-            caption="../report/qwen_probes.rst",
-            category="4 Qwen LLMs vs VLMs",
-        ),
-    log:
-        "results/logs/figures/fig15.log",
-
-
 rule qwen_all:
     input:
-        rules.fig2.output.pdf,
-        rules.fig6.output.pdf,
+        rules.qwen_retrieval_figures.output,
         rules.table1.output.csv,
-        rules.fig14.output.pdf,
-        rules.fig15.output.pdf,
+        rules.qwen_probe_figures.output,
