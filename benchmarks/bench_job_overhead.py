@@ -1,12 +1,12 @@
 """Where a read-out job's seconds go: the interpreter's start, Snakemake's `script:` preamble, the adapter's imports,
-loading the model, and the work (each analysis, the evaluation), for one trained model of a results tree. Each part
-is timed in a fresh process, as a job would run it; the work in the order the jobs run it. Prints a table; asserts
-nothing.
+loading the model, and the work (each analysis, the evaluation), for one trained model. Each part is timed in a
+fresh process, as a job would run it, the work in the order the jobs run it. Prints a table; asserts nothing.
 
-    python benchmarks/bench_job_overhead.py TREE VARIANT RUN [--config config/config.yaml config/smoke.yaml]
+    python benchmarks/bench_job_overhead.py MODEL_DIR [--config config/config.yaml config/smoke.yaml]
+    python benchmarks/bench_job_overhead.py results/models/seed0/text_s5 --config config/config.yaml config/mini.yaml
 
-TREE is a directory holding results/ (a finished smoke or mini tree), VARIANT and RUN name the model as the rules do
-(results/interp/{analysis}/VARIANT/RUN.parquet). The settings come from the configs given (the tree's own).
+MODEL_DIR is a stage's directory (model.safetensors, meta.json); the analyses' and the evaluation's settings come
+from the configs given (the tree's own).
 """
 
 from __future__ import annotations
@@ -37,14 +37,10 @@ for a in ANALYSES:
     _module(a)
 t["vlbind (analyses, evaluation)"] = time.time()
 import json, sys
-tree, variant, run, configs = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4:]
+model_dir, configs = sys.argv[1], sys.argv[2:]
 cfg = vlconfig.load(configs)
 device, precision = job_device(cfg["device"], 1, cfg["precision"])
-from vlbind.config import parse_run
-from vlbind.stages import VARIANT_STAGE
-seed, encoder = parse_run(run)
-stage = VARIANT_STAGE[variant]
-model, _ = load_model(f"{tree}/results/models/{run}/{stage}", device)
+model, _ = load_model(model_dir, device)
 t["model load"] = time.time()
 for a in ANALYSES:
     analyze(a, model, settings(a, cfg["interp"][a]), device, cfg["interp"]["order"], precision)
@@ -57,16 +53,14 @@ print(json.dumps(t))
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("tree")
-    ap.add_argument("variant")
-    ap.add_argument("run")
+    ap.add_argument("model_dir")
     ap.add_argument("--config", nargs="+", default=["config/config.yaml", "config/smoke.yaml"])
     ap.add_argument("--repeats", type=int, default=3, help="fresh processes; the table shows the median of each part")
     args = ap.parse_args()
     parts: dict[str, list[float]] = {}
     for _ in range(args.repeats):
         launch = time.time()
-        out = subprocess.run([sys.executable, "-c", CHILD, args.tree, args.variant, args.run, *args.config],
+        out = subprocess.run([sys.executable, "-c", CHILD, args.model_dir, *args.config],
                              capture_output=True, text=True, check=True).stdout
         stamps = json.loads(out.strip().splitlines()[-1])
         previous = launch
@@ -74,7 +68,7 @@ def main() -> None:
             parts.setdefault("interpreter start" if name == "start" else name, []).append(at - previous)
             previous = at
         parts.setdefault("total (one process)", []).append(previous - launch)
-    print(f"| part ({args.variant} {args.run}; median of {args.repeats} processes) | seconds |")
+    print(f"| part ({args.model_dir}; median of {args.repeats} processes) | seconds |")
     print("|---|---|")
     for name, values in parts.items():
         print(f"| {name} | {sorted(values)[len(values) // 2]:.2f} |")

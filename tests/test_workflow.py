@@ -472,10 +472,8 @@ def test_qwen_all_on_the_paper_config_lists_six_models_with_a_gpu_each(workflow_
     out = snakemake(work, "-n", "qwen_all").stdout
     blocks = [b for b in re.split(r"\n(?=(?:localrule|rule) )", out) if b.startswith("rule qwen_retrieval:")]
     assert len(blocks) == 6 and all(re.search(r"resources:.*\bgpu=1\b", b) for b in blocks)
-    binding = [b for b in re.split(r"\n(?=(?:localrule|rule) )", out) if b.startswith("rule qwen_binding:")]
-    assert len(binding) == 6 and all(re.search(r"resources:.*\bgpu=1\b", b) for b in binding)
-    probes = [b for b in re.split(r"\n(?=(?:localrule|rule) )", out) if b.startswith("rule qwen_probes:")]
-    assert len(probes) == 6 and all(re.search(r"resources:.*\bgpu=1\b", b) for b in probes)
+    analyses = [b for b in re.split(r"\n(?=(?:localrule|rule) )", out) if b.startswith("rule qwen_analyze:")]
+    assert len(analyses) == 6 and all(re.search(r"resources:.*\bgpu=1\b", b) for b in analyses)
     assert "qwen_retrieval" not in snakemake(work, "-n").stdout  # not part of `all`: it needs the weights
 
 

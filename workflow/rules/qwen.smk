@@ -42,13 +42,16 @@ rule qwen_retrieval_figures:
         "../../scripts/qwen_figure.py"
 
 
-rule qwen_binding:
+rule qwen_analyze:
+    """The binding interchange (Table 1) and the color probes (fig14, fig15) of one model in one job, the model
+    loaded once; retrieval, the costly sampled part, stays a job of its own."""
     output:
-        table="results/qwen/binding/{model}.parquet",
+        binding="results/qwen/binding/{model}.parquet",
+        probes="results/qwen/probes/{model}.parquet",
     log:
-        "results/logs/qwen/binding/{model}.log",
+        "results/logs/qwen/analyze/{model}.log",
     benchmark:
-        "results/benchmarks/qwen/binding/{model}.tsv"
+        "results/benchmarks/qwen/analyze/{model}.tsv"
     conda:
         "../envs/vlbind.yaml"
     threads: config["resources"]["threads"]
@@ -57,8 +60,9 @@ rule qwen_binding:
     params:
         **QWEN_MODEL_PARAMS,
         binding=vlconfig.canonical(QWEN["binding"]),
+        probes=vlconfig.canonical(QWEN["probes"]),
     script:
-        "../../scripts/qwen_binding.py"
+        "../../scripts/qwen_analyze.py"
 
 
 rule table1:
@@ -79,25 +83,6 @@ rule table1:
         binding=vlconfig.canonical(QWEN["binding"]),
     script:
         "../../scripts/qwen_table1.py"
-
-
-rule qwen_probes:
-    output:
-        table="results/qwen/probes/{model}.parquet",
-    log:
-        "results/logs/qwen/probes/{model}.log",
-    benchmark:
-        "results/benchmarks/qwen/probes/{model}.tsv"
-    conda:
-        "../envs/vlbind.yaml"
-    threads: config["resources"]["threads"]
-    resources:
-        **job_resources("qwen"),
-    params:
-        **QWEN_MODEL_PARAMS,
-        probes=vlconfig.canonical(QWEN["probes"]),
-    script:
-        "../../scripts/qwen_probes.py"
 
 
 rule qwen_probe_figures:
