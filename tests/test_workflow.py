@@ -36,8 +36,19 @@ ENCODERS = ("vit_tiny", "cnn_tiny")  # config/smoke.yaml: random weights, and pr
 ENCODER = ENCODERS[0]
 ANALYSES = ["interchange", "knockout", "probes", "layer_relevance"]
 INTERP_FIGURES = ["fig4", "fig9", "fig10", "fig11", "fig12", "fig13", "fig_layer_relevance"]
-RUNS = {v: [f"seed{s}-{e}" for s in SEEDS for e in ENCODERS] if v in IMAGE_VARIANTS else [f"seed{s}" for s in SEEDS]
-        for v in VARIANTS}
+SMOKE = vlconfig.load([ROOT / "config/config.yaml", ROOT / "config/smoke.yaml"])
+RUNS = {v: vlconfig.variant_runs(SMOKE, v) for v in VARIANTS}  # text_only on both seeds, the others on seed 0
+assert RUNS["text_only"] == ["seed0", "seed1"] and RUNS["image_text"] == [f"seed0-{e}" for e in ENCODERS]
+
+
+def seeds_of(stage: str) -> list[int]:
+    """The seeds the smoke DAG trains `stage` on (variant_seeds: seed 1 trains text_only's lineage only)."""
+    return sorted({vlconfig.parse_run(r)[0] for v in VARIANTS for r in RUNS[v]
+                   if stage in vlstages.lineage(vlstages.VARIANT_STAGE[v])})
+
+
+TRAINED = [(f"seed{s}", st) for st in TEXT_STAGES for s in seeds_of(st)]
+TRAINED += [(f"seed{s}-{e}", st) for st in VISION_STAGES for s in seeds_of(st) for e in ENCODERS]
 
 
 def snakemake(workdir, *args, check=True, cores="2"):
@@ -105,7 +116,7 @@ def test_smoke_dag_draws_fig3_fig7_and_fig8_with_every_variant(smoke_tree):
     assert list(summary.index) == [(o, v) for o in ("fixed", "shuffled") for v in VARIANTS]
     assert all(summary.loc[(o, v), "runs"] == len(RUNS[v]) for o, v in summary.index)
     training = pd.read_csv(smoke_tree / "results/tables/training.csv")
-    assert len(training) == len(SEEDS) * (len(TEXT_STAGES) + len(ENCODERS) * len(VISION_STAGES))
+    assert len(training) == len(TRAINED)
     assert (training["steps"] + training["ramp_steps"] == 10).all()  # text_s4's ramp: its lengths share its cap
     assert (training.loc[training["stage"] == "text_s4", "ramp_steps"] == 10).all()  # 2 objects, no plateau in 10
 
@@ -132,9 +143,7 @@ def test_smoke_dag_runs_every_analysis_on_every_model_and_draws_their_figures(sm
 
 
 def test_every_stage_has_a_checkpoint_and_every_job_a_log(smoke_tree):
-    runs = [(f"seed{s}", stage) for s in SEEDS for stage in TEXT_STAGES]
-    runs += [(f"seed{s}-{e}", stage) for s in SEEDS for e in ENCODERS for stage in VISION_STAGES]
-    for run, stage in runs:
+    for run, stage in TRAINED:
         d = smoke_tree / f"results/models/{run}/{stage}"
         assert {"model.safetensors", "meta.json", "metrics.parquet", "train.log"} <= {p.name for p in d.iterdir()}
         assert (smoke_tree / f"results/logs/train/{run}/{stage}.log").stat().st_size > 0
@@ -142,7 +151,7 @@ def test_every_stage_has_a_checkpoint_and_every_job_a_log(smoke_tree):
     logs = ["render/per_object.log", "figures/fig7.log", "encoders/cnn_tiny.log"]
     for log in logs + [f"features/{e}/per_object.log" for e in ENCODERS]:
         assert (smoke_tree / "results/logs" / log).stat().st_size > 0
-    model_jobs = ["train/seed0/text_s1.log", "train/seed1-cnn_tiny/image.log", "evaluate/text_only/seed0.log",
+    model_jobs = ["train/seed0/text_s1.log", "train/seed0-cnn_tiny/image.log", "evaluate/text_only/seed0.log",
                   "interp/image_text/seed0-vit_tiny.log", "features/vit_tiny/per_object.log",
                   "encoders/cnn_tiny.log"]
     for log in model_jobs:  # where it ran and in which precision, in its first lines
@@ -162,7 +171,8 @@ def test_a_changed_features_index_reruns_the_vision_stages_that_read_it(smoke_tr
     finally:  # leave the tree as the other tests expect it
         index.write_text(text)
         os.utime(index, ns=(stat.st_atime_ns, stat.st_mtime_ns))
-    readers = {("train_vision", f"seed={s}, encoder={ENCODER}, stage={st}") for s in SEEDS for st in ("image", "mixed")}
+    readers = {("train_vision", f"seed={s}, encoder={ENCODER}, stage={st}") for st in ("image", "mixed")
+               for s in seeds_of(st)}
     assert readers <= jobs
 
 
@@ -173,9 +183,9 @@ def test_complete_tree_schedules_nothing(smoke_tree):
 
 def test_changed_stage_parameter_reruns_exactly_that_stage_and_descendants(smoke_tree, tmp_path):
     jobs = dry_run_with(smoke_tree, tmp_path, "stages:\n  text_s3:\n    train: {lr: 0.002}\n")
-    expected = {("train_text", f"seed={s}, stage={st}") for s in SEEDS for st in TEXT_STAGES[2:]}
+    expected = {("train_text", f"seed={s}, stage={st}") for st in TEXT_STAGES[2:] for s in seeds_of(st)}
     expected |= {("train_vision", f"seed={s}, encoder={e}, stage={st}")
-                 for s in SEEDS for e in ENCODERS for st in VISION_STAGES}
+                 for st in VISION_STAGES for s in seeds_of(st) for e in ENCODERS}
     assert jobs == expected | downstream_of_models(VARIANTS)
 
 
@@ -190,7 +200,8 @@ def test_changed_probe_setting_reruns_the_analyses_and_what_reads_them_and_no_ev
 def test_changed_encoder_setting_reruns_only_its_features_and_vision_stages(smoke_tree, tmp_path):
     jobs = dry_run_with(smoke_tree, tmp_path, f"encoders:\n  {ENCODER}: {{grid: 1}}\n")
     expected = {("extract_features", f"encoder={ENCODER}, layout=per_object")}
-    expected |= {("train_vision", f"seed={s}, encoder={ENCODER}, stage={st}") for s in SEEDS for st in VISION_STAGES}
+    expected |= {("train_vision", f"seed={s}, encoder={ENCODER}, stage={st}") for st in VISION_STAGES
+                 for s in seeds_of(st)}
     assert jobs == expected | downstream_of_models(IMAGE_VARIANTS, ENCODER)
 
 
@@ -198,7 +209,8 @@ def test_changed_pretraining_setting_repretrains_that_encoder_and_reruns_its_fea
         smoke_tree, tmp_path):
     jobs = dry_run_with(smoke_tree, tmp_path, "encoders:\n  cnn_tiny: {pretrain: {lr: 0.01}}\n")
     expected = {("pretrain_encoder", "encoder=cnn_tiny"), ("extract_features", "encoder=cnn_tiny, layout=per_object")}
-    expected |= {("train_vision", f"seed={s}, encoder=cnn_tiny, stage={st}") for s in SEEDS for st in VISION_STAGES}
+    expected |= {("train_vision", f"seed={s}, encoder=cnn_tiny, stage={st}") for st in VISION_STAGES
+                 for s in seeds_of(st)}
     assert jobs == expected | downstream_of_models(IMAGE_VARIANTS, "cnn_tiny")
 
 
@@ -207,7 +219,8 @@ def test_a_changed_grid_of_a_pretrained_encoder_reextracts_its_features_without_
     `grid` pools the features, so it reruns extraction and the vision stages, not pretrain_encoder."""
     jobs = dry_run_with(smoke_tree, tmp_path, "encoders:\n  cnn_tiny: {grid: 2}\n")
     expected = {("extract_features", "encoder=cnn_tiny, layout=per_object")}
-    expected |= {("train_vision", f"seed={s}, encoder=cnn_tiny, stage={st}") for s in SEEDS for st in VISION_STAGES}
+    expected |= {("train_vision", f"seed={s}, encoder=cnn_tiny, stage={st}") for st in VISION_STAGES
+                 for s in seeds_of(st)}
     assert jobs == expected | downstream_of_models(IMAGE_VARIANTS, "cnn_tiny")
 
 
@@ -642,9 +655,9 @@ def test_the_curriculum_control_is_the_image_arm_with_every_context_in_text():
 
 def test_a_changed_image_stage_setting_reruns_its_curriculum_copy_too(smoke_tree, tmp_path):
     jobs = dry_run_with(smoke_tree, tmp_path, "stages:\n  image_text:\n    train: {lr: 0.002}\n")
-    expected = {("train_text", f"seed={s}, stage={st}") for s in SEEDS for st in CURRICULUM_STAGES[2:]}
+    expected = {("train_text", f"seed={s}, stage={st}") for st in CURRICULUM_STAGES[2:] for s in seeds_of(st)}
     expected |= {("train_vision", f"seed={s}, encoder={e}, stage={st}")
-                 for s in SEEDS for e in ENCODERS for st in VISION_STAGES[2:]}
+                 for st in VISION_STAGES[2:] for s in seeds_of(st) for e in ENCODERS}
     assert jobs == expected | downstream_of_models(IMAGE_VARIANTS + CURRICULUM_VARIANTS)
 
 
