@@ -352,12 +352,13 @@ def test_image_stage_trains_and_resumes_identically(tmp_path, precision):
 @pytest.mark.slow
 def test_a_compiled_step_trains_the_eager_weights_up_to_rounding(tmp_path):
     """train.compile: the forward through torch.compile (the default mode off CUDA) trains what eager does, on
-    packed batches of text and image prompts (the image features placed without data-dependent shapes). One block:
-    the compiler's time grows with the graph, and every block is the same code."""
+    packed batches of text and image prompts (the image features placed without data-dependent shapes). One block
+    and one step: the compiler's time grows with the graph and every block is the same code, and a second batch
+    with another number of images compiles the graph again (dynamic shapes), the same code once more."""
     from torch._dynamo.utils import counters
     bank = make_bank(tmp_path, "per_object", dim=6)
     spec = StageSpec(n_colors=8, n_shapes=13, n_items=8, min_objects=2, max_objects=2, image_fraction=0.5)
-    cfg = TrainConfig(warmup_steps=2, batch_size=8, eval_every=3, val_size=16, max_steps=3, queries="all")
+    cfg = TrainConfig(warmup_steps=2, batch_size=8, eval_every=1, val_size=16, max_steps=1, queries="all")
     start = tiny(n_layers=1).attach_projector(6).state_dict()
     eager = tiny(n_layers=1).attach_projector(6)
     train_attempt(eager, spec, cfg, tmp_path / "eager", stage="image", bank=bank)
