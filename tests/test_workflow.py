@@ -1,9 +1,9 @@
-"""The Snakemake DAG: the smoke overlay end to end, reruns after a config change, config validation, lint.
+"""The Snakemake DAG: dry runs of the paper config and the SLURM profile, config validation, lint, and the helpers
+the smoke DAG's tests share (tests/test_smoke_dag.py builds and reads that tree).
 
 These run Snakemake as a user would, in a copy of the workflow in a temporary directory.
 """
 
-import json
 import os
 import re
 import shutil
@@ -11,7 +11,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pandas as pd
 import pytest
 import yaml
 
@@ -36,21 +35,6 @@ ENCODERS = ("vit_tiny", "cnn_tiny")  # config/smoke.yaml: random weights, and pr
 ENCODER = ENCODERS[0]
 ANALYSES = ["interchange", "knockout", "probes", "layer_relevance"]
 INTERP_FIGURES = ["fig4", "fig9", "fig10", "fig11", "fig12", "fig13", "fig_layer_relevance"]
-SMOKE = vlconfig.load([ROOT / "config/config.yaml", ROOT / "config/smoke.yaml"])
-RUNS = {v: vlconfig.variant_runs(SMOKE, v) for v in VARIANTS}  # text_only on both seeds, the others on seed 0
-assert RUNS["text_only"] == ["seed0", "seed1"] and RUNS["image_text"] == [f"seed0-{e}" for e in ENCODERS]
-
-
-def seeds_of(stage: str) -> list[int]:
-    """The seeds the smoke DAG trains `stage` on (variant_seeds: seed 1 trains text_only's lineage only)."""
-    return sorted({vlconfig.parse_run(r)[0] for v in VARIANTS for r in RUNS[v]
-                   if stage in vlstages.lineage(vlstages.VARIANT_STAGE[v])})
-
-
-TRAINED = [(f"seed{s}", st) for st in TEXT_STAGES for s in seeds_of(st)]
-TRAINED += [(f"seed{s}-{e}", st) for st in VISION_STAGES for s in seeds_of(st) for e in ENCODERS]
-
-
 def snakemake(workdir, *args, check=True, cores="2"):
     cores = ["--cores", cores] if cores else []  # None: what the profile says
     proc = subprocess.run([*SNAKEMAKE, *cores, *args], cwd=workdir, capture_output=True, text=True)
@@ -76,158 +60,6 @@ def scheduled(dry_run_output: str) -> set[tuple[str, str]]:
             w = re.search(r"wildcards: (.*)", block)
             jobs.add((m.group(1), w.group(1).strip() if w else ""))
     return jobs
-
-
-def dry_run_with(tree: Path, tmp_path: Path, overlay: str) -> set[tuple[str, str]]:
-    """The jobs a dry run schedules in `tree` with the smoke config plus `overlay` (YAML text)."""
-    (tmp_path / "change.yaml").write_text(overlay)
-    return scheduled(snakemake(tree, "-n", "--configfile", "config/smoke.yaml", str(tmp_path / "change.yaml")).stdout)
-
-
-def downstream_of_models(variants, encoder=None) -> set[tuple[str, str]]:
-    """What retraining the models of `variants` (of one `encoder`'s runs, if given) reruns after them:
-    evaluation, analyses, figures, tables."""
-    runs = {v: [r for r in RUNS[v] if encoder is None or r.endswith(f"-{encoder}")] for v in variants}
-    jobs = {("evaluate", f"variant={v}, run={r}") for v in variants for r in runs[v]}
-    jobs |= {("analyze", f"variant={v}, run={r}") for v in variants if v in ANALYSED for r in runs[v]}
-    return jobs | {("accuracy_figures", ""), ("ood_table", ""), ("training_table", ""), ("all", ""), ("circuits", ""),
-                   ("claims", ""), ("interp_figures", "")}
-
-
-@pytest.fixture(scope="module")
-def smoke_tree(tmp_path_factory):
-    work = copy_workflow(tmp_path_factory.mktemp("smoke"))
-    # the default target (every figure and table) and the Qwen sub-DAG on tiny models, in one scheduler
-    proc = snakemake(work, "all", "qwen_all", "--configfile", "config/smoke.yaml")
-    (work / "snakemake.out").write_text(proc.stdout + proc.stderr)
-    return work
-
-
-def test_smoke_dag_draws_fig3_fig7_and_fig8_with_every_variant(smoke_tree):
-    for out in ("results/figures/fig3.pdf", "results/figures/fig7.pdf", "results/figures/fig8.pdf"):
-        assert (smoke_tree / out).read_bytes().startswith(b"%PDF")
-    table = pd.concat(pd.read_parquet(p) for p in (smoke_tree / "results/eval").rglob("*.parquet"))
-    assert set(table["variant"]) == set(VARIANTS)
-    for v in VARIANTS:
-        assert set(table.loc[table["variant"] == v, "run"]) == set(RUNS[v])
-    assert table["n_objects"].min() == 2 and table["n_objects"].max() == 12
-    assert "diverged" in table and not table["diverged"].any()
-    assert (table.groupby(["variant", "run"])["order"].agg(tuple) == ("fixed",) * 11 + ("shuffled",) * 11).all()
-    summary = pd.read_csv(smoke_tree / "results/tables/ood_accuracy.csv", index_col=["order", "variant"])
-    assert list(summary.index) == [(o, v) for o in ("fixed", "shuffled") for v in VARIANTS]
-    assert all(summary.loc[(o, v), "runs"] == len(RUNS[v]) for o, v in summary.index)
-    training = pd.read_csv(smoke_tree / "results/tables/training.csv")
-    assert len(training) == len(TRAINED)
-    assert (training["steps"] + training["ramp_steps"] == 10).all()  # text_s4's ramp: its lengths share its cap
-    assert (training.loc[training["stage"] == "text_s4", "ramp_steps"] == 10).all()  # 2 objects, no plateau in 10
-
-
-def test_the_dag_ends_by_saying_how_many_runs_converged(smoke_tree):
-    out = (smoke_tree / "snakemake.out").read_text()
-    summary = pd.read_csv(smoke_tree / "results/tables/ood_accuracy.csv")
-    assert len(summary) == 2 * len(VARIANTS)
-    for r in summary.itertuples():
-        assert f"{r.order:<9} {r.variant:<18} {r.runs} of {r.runs} runs converged, OOD {100 * r.ood_mean:.1f}" in out
-
-
-def test_smoke_dag_runs_every_analysis_on_every_model_and_draws_their_figures(smoke_tree):
-    for fig in INTERP_FIGURES:
-        assert (smoke_tree / f"results/figures/{fig}.pdf").read_bytes().startswith(b"%PDF")
-    for analysis in ANALYSES:
-        for v in ANALYSED:
-            for run in RUNS[v]:
-                t = pd.read_parquet(smoke_tree / f"results/interp/{analysis}/{v}/{run}.parquet")
-                assert len(t) and (t["variant"] == v).all() and (t["run"] == run).all()
-    circuits = pd.read_csv(smoke_tree / "results/tables/circuits.csv")
-    assert len(circuits) == sum(len(RUNS[v]) for v in ANALYSED)
-    assert set(circuits["circuit"]) <= {"Positional", "Symbolic-A", "Symbolic-B", "unresolved", "none"}
-
-
-def test_every_stage_has_a_checkpoint_and_every_job_a_log(smoke_tree):
-    for run, stage in TRAINED:
-        d = smoke_tree / f"results/models/{run}/{stage}"
-        assert {"model.safetensors", "meta.json", "metrics.parquet", "train.log"} <= {p.name for p in d.iterdir()}
-        assert (smoke_tree / f"results/logs/train/{run}/{stage}.log").stat().st_size > 0
-    assert len(list((smoke_tree / "results/logs/evaluate").rglob("*.log"))) == sum(len(r) for r in RUNS.values())
-    logs = ["render/per_object.log", "figures/fig7.log", "encoders/cnn_tiny.log"]
-    for log in logs + [f"features/{e}/per_object.log" for e in ENCODERS]:
-        assert (smoke_tree / "results/logs" / log).stat().st_size > 0
-    model_jobs = ["train/seed0/text_s1.log", "train/seed0-cnn_tiny/image.log", "evaluate/text_only/seed0.log",
-                  "interp/image_text/seed0-vit_tiny.log", "features/vit_tiny/per_object.log",
-                  "encoders/cnn_tiny.log"]
-    for log in model_jobs:  # where it ran and in which precision, in its first lines
-        head = (smoke_tree / "results/logs" / log).read_text().splitlines()[:3]
-        assert any(re.search(r"device cpu, 1 thread, (bf16 autocast|fp32)$", line) for line in head), (log, head)
-    for encoder, dim in (("vit_tiny", 192), ("cnn_tiny", 512)):
-        meta = json.loads((smoke_tree / f"results/models/seed0-{encoder}/image/meta.json").read_text())
-        assert meta["parent"] == "results/models/seed0/grounding" and meta["model_config"]["image_dim"] == dim
-
-
-def test_a_changed_features_index_reruns_the_vision_stages_that_read_it(smoke_tree):
-    index = smoke_tree / f"results/features/{ENCODER}/per_object.json"
-    text, stat = index.read_text(), index.stat()
-    try:
-        index.write_text("garbled")
-        jobs = scheduled(snakemake(smoke_tree, "-n", "--configfile", "config/smoke.yaml").stdout)
-    finally:  # leave the tree as the other tests expect it
-        index.write_text(text)
-        os.utime(index, ns=(stat.st_atime_ns, stat.st_mtime_ns))
-    readers = {("train_vision", f"seed={s}, encoder={ENCODER}, stage={st}") for st in ("image", "mixed")
-               for s in seeds_of(st)}
-    assert readers <= jobs
-
-
-def test_complete_tree_schedules_nothing(smoke_tree):
-    out = snakemake(smoke_tree, "-n", "--configfile", "config/smoke.yaml").stdout
-    assert "Nothing to be done" in out
-
-
-def test_changed_stage_parameter_reruns_exactly_that_stage_and_descendants(smoke_tree, tmp_path):
-    jobs = dry_run_with(smoke_tree, tmp_path, "stages:\n  text_s3:\n    train: {lr: 0.002}\n")
-    expected = {("train_text", f"seed={s}, stage={st}") for st in TEXT_STAGES[2:] for s in seeds_of(st)}
-    expected |= {("train_vision", f"seed={s}, encoder={e}, stage={st}")
-                 for st in VISION_STAGES for s in seeds_of(st) for e in ENCODERS}
-    assert jobs == expected | downstream_of_models(VARIANTS)
-
-
-def test_changed_probe_setting_reruns_the_analyses_and_what_reads_them_and_no_evaluation(smoke_tree, tmp_path):
-    """A model's four analyses are one job: a probe setting reruns that job of every analysed model."""
-    jobs = dry_run_with(smoke_tree, tmp_path, "interp:\n  probes: {ridge: 2.0}\n")
-    expected = {("analyze", f"variant={v}, run={r}") for v in ANALYSED for r in RUNS[v]}
-    expected |= {("circuits", ""), ("claims", ""), ("all", ""), ("interp_figures", "")}
-    assert jobs == expected
-
-
-def test_changed_encoder_setting_reruns_only_its_features_and_vision_stages(smoke_tree, tmp_path):
-    jobs = dry_run_with(smoke_tree, tmp_path, f"encoders:\n  {ENCODER}: {{grid: 1}}\n")
-    expected = {("extract_features", f"encoder={ENCODER}, layout=per_object")}
-    expected |= {("train_vision", f"seed={s}, encoder={ENCODER}, stage={st}") for st in VISION_STAGES
-                 for s in seeds_of(st)}
-    assert jobs == expected | downstream_of_models(IMAGE_VARIANTS, ENCODER)
-
-
-def test_changed_pretraining_setting_repretrains_that_encoder_and_reruns_its_features_and_vision_stages(
-        smoke_tree, tmp_path):
-    jobs = dry_run_with(smoke_tree, tmp_path, "encoders:\n  cnn_tiny: {pretrain: {lr: 0.01}}\n")
-    expected = {("pretrain_encoder", "encoder=cnn_tiny"), ("extract_features", "encoder=cnn_tiny, layout=per_object")}
-    expected |= {("train_vision", f"seed={s}, encoder=cnn_tiny, stage={st}") for st in VISION_STAGES
-                 for s in seeds_of(st)}
-    assert jobs == expected | downstream_of_models(IMAGE_VARIANTS, "cnn_tiny")
-
-
-def test_a_changed_grid_of_a_pretrained_encoder_reextracts_its_features_without_pretraining_it(smoke_tree, tmp_path):
-    """Pretraining reads the encoder's timm_name, model_kwargs and pretrain section only (config.pretrain_spec):
-    `grid` pools the features, so it reruns extraction and the vision stages, not pretrain_encoder."""
-    jobs = dry_run_with(smoke_tree, tmp_path, "encoders:\n  cnn_tiny: {grid: 2}\n")
-    expected = {("extract_features", "encoder=cnn_tiny, layout=per_object")}
-    expected |= {("train_vision", f"seed={s}, encoder=cnn_tiny, stage={st}") for st in VISION_STAGES
-                 for s in seeds_of(st)}
-    assert jobs == expected | downstream_of_models(IMAGE_VARIANTS, "cnn_tiny")
-
-
-def test_changed_eval_setting_retrains_nothing(smoke_tree, tmp_path):
-    jobs = dry_run_with(smoke_tree, tmp_path, "evaluate: {prompts_per_length: 8}\n")
-    assert {rule for rule, _ in jobs} == {"evaluate", "accuracy_figures", "ood_table", "claims", "all"}
 
 
 MALFORMED = [  # (overlay on config.yaml + smoke.yaml, the key its error must name)
@@ -464,22 +296,6 @@ def test_bf16_on_a_cpu_without_bf16_instructions_warns_with_the_key_and_auto_pic
         assert device.precision_for(auto, "cuda:0") == "fp32"
 
 
-def test_qwen_sub_dag_runs_on_tiny_models_to_every_figure_and_table1(smoke_tree):
-    work = smoke_tree  # built with qwen_all
-    for fig in ("fig2", "fig6", "fig14", "fig15"):
-        assert (work / f"results/figures/{fig}.pdf").read_bytes().startswith(b"%PDF")
-    table = pd.concat(pd.read_parquet(p) for p in (work / "results/qwen/retrieval").rglob("*.parquet"))
-    models = yaml.safe_load((ROOT / "config/config.yaml").read_text())["qwen"]["models"]
-    assert set(table["model"]) == set(models) and table["tiny"].all()
-    assert len(table) == len(models) * 2 * 2 * (2 + 4)  # models x tasks x contexts x queries per length
-    assert set(table.groupby("model")["kind"].first()) == {"llm", "vlm"}
-    t1 = pd.read_csv(work / "results/tables/table1.csv")
-    assert sorted(t1["model"]) == sorted(models)
-    assert {"peak_layer", "ratio_share", "ratio_fit", "vlm_minus_llm_share", "vlm_minus_llm_fit"} <= set(t1.columns)
-    probes = pd.concat(pd.read_parquet(p) for p in (work / "results/qwen/probes").glob("*.parquet"))
-    assert set(probes["model"]) == set(models) and set(probes["role"]) == {"context shape", "association shape"}
-
-
 def test_qwen_all_on_the_paper_config_lists_six_models_with_a_gpu_each(workflow_copy):
     work = workflow_copy
     out = snakemake(work, "-n", "qwen_all").stdout
@@ -488,52 +304,6 @@ def test_qwen_all_on_the_paper_config_lists_six_models_with_a_gpu_each(workflow_
     analyses = [b for b in re.split(r"\n(?=(?:localrule|rule) )", out) if b.startswith("rule qwen_analyze:")]
     assert len(analyses) == 6 and all(re.search(r"resources:.*\bgpu=1\b", b) for b in analyses)
     assert "qwen_retrieval" not in snakemake(work, "-n").stdout  # not part of `all`: it needs the weights
-
-
-REPORTED = [f"results/figures/{f}.pdf" for f in ["fig3", "fig7", "fig8", *INTERP_FIGURES, "fig2", "fig6", "fig14",
-                                                  "fig15"]]
-REPORTED += [f"results/tables/{t}.csv" for t in ("ood_accuracy", "training", "circuits", "claims", "table1")]
-
-
-def test_report_holds_every_figure_and_table_with_a_caption(smoke_tree):
-    snakemake(smoke_tree, "all", "qwen_all", "--report", "report.html", "--configfile", "config/smoke.yaml")
-    html = (smoke_tree / "report.html").read_text()
-    for path in REPORTED:
-        entry = re.search(re.escape(f'"{path}": {{') + r'.*?"caption": "(.*?)", "mime_type"', html)
-        assert entry, f"{path} is not in the report"
-        caption = re.sub(r"<[^>]+>|\\n", " ", entry.group(1)).strip()
-        assert len(caption) > 40, f"{path}: caption {caption!r}"
-    for category in ("1 Generalization", "2 Training", "3 Analyses", "4 Qwen"):
-        assert category in html
-
-
-def readme_blocks(lang: str) -> list[str]:
-    return re.findall(rf"```{lang}\n(.*?)```", (ROOT / "README.md").read_text(), flags=re.S)
-
-
-def test_readme_python_blocks_run_as_written_in_the_smoke_tree(smoke_tree, tmp_path):
-    assert len(readme_blocks("python")) >= 2
-    for block in readme_blocks("python"):
-        proc = subprocess.run([sys.executable, "-c", block], cwd=smoke_tree, capture_output=True, text=True)
-        assert proc.returncode == 0, f"{block}\n{proc.stderr[-3000:]}"
-
-
-def test_readme_commands_run_as_written_in_the_smoke_tree(smoke_tree):
-    """Every command of README's bash blocks: python ones as written, snakemake ones as dry runs (-n; the
-    paper's DAG takes GPU-days). ./run.sh lines are the install and this suite, so they are not run here."""
-    lines = [line.split("  #")[0].strip() for block in readme_blocks("bash") for line in block.splitlines()]
-    commands = [line for line in lines if line and not line.startswith("./run.sh")]
-    assert any(c.startswith("snakemake") for c in commands) and any(c.startswith("python") for c in commands)
-    for command in commands:
-        argv = command.split()
-        if argv[0] == "snakemake":
-            argv = [*SNAKEMAKE, *argv[1:], "-n"]
-        elif argv[0] == "python":
-            argv = [sys.executable, *argv[1:]]
-        else:
-            raise AssertionError(f"README command {command!r}: teach this test to run it")
-        proc = subprocess.run(argv, cwd=smoke_tree, capture_output=True, text=True)
-        assert proc.returncode == 0, f"{command}\n{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}"
 
 
 @pytest.mark.parametrize(("machine_cores", "args", "cores"), [(7, [], 7), (16, ["-n"], 16), (7, ["--cores", "3"], 3)])
@@ -652,30 +422,6 @@ def test_the_curriculum_control_is_the_image_arm_with_every_context_in_text():
            "curriculum_image on" in vlcaptions.training_note(mini, mini["variants"])
 
 
-def test_a_changed_image_stage_setting_reruns_its_curriculum_copy_too(smoke_tree, tmp_path):
-    jobs = dry_run_with(smoke_tree, tmp_path, "stages:\n  image_text:\n    train: {lr: 0.002}\n")
-    expected = {("train_text", f"seed={s}, stage={st}") for st in CURRICULUM_STAGES[2:] for s in seeds_of(st)}
-    expected |= {("train_vision", f"seed={s}, encoder={e}, stage={st}")
-                 for st in VISION_STAGES[2:] for s in seeds_of(st) for e in ENCODERS}
-    assert jobs == expected | downstream_of_models(IMAGE_VARIANTS + CURRICULUM_VARIANTS)
-
-
-def test_a_control_added_to_variants_trains_only_itself(smoke_tree, tmp_path):
-    jobs = dry_run_with(smoke_tree, tmp_path, f"variants: [{', '.join(VARIANTS)}, text_bind]\n")
-    assert {j for j in jobs if j[0].startswith("train_")} == {("train_text", f"seed={s}, stage=text_bind")
-                                                            for s in SEEDS}
-    assert {("evaluate", f"variant=text_bind, run=seed{s}") for s in SEEDS} <= jobs
-
-
-def test_the_smoke_dag_writes_the_claims_table(smoke_tree):
-    claims = pd.read_csv(smoke_tree / "results/tables/claims.csv")
-    wanted = {"text_positional", "image_beats_text", "noise_helps_text", "images_not_curriculum",
-              "noise_images_not_curriculum", "curriculum_helps_text", "curriculum_symbolic",
-              "curriculum_learns_shuffled"}
-    assert wanted <= set(claims["claim"])
-    assert set(claims["verdict"]) <= {"holds", "fails", "mixed", "untested"} and claims["rule"].str.len().min() > 20
-
-
 def test_training_priority_is_the_longest_chain_below_a_stage():
     """Snakemake runs ready jobs by priority: the stage with the longest chain of stages after it first, so a run's
     critical path (its longest lineage) is never left for last."""
@@ -688,25 +434,3 @@ def test_training_priority_is_the_longest_chain_below_a_stage():
                       for leaf in leaves if stage in vlstages.lineage(leaf))
         assert vlstages.chain_below(stage) == longest, stage
     assert vlstages.chain_below("text_s1") == len(vlstages.lineage("noise_image_text"))
-
-
-def test_an_experiment_in_a_directory_of_its_own_trains_below_the_parents_it_copies_from_another_tree(smoke_tree,
-                                                                                                      tmp_path):
-    """`--directory` and `reuse`: text_s4 at another lr from the smoke tree's text_s3 weights, the smoke tree
-    untouched, and the many-seed table of the experiment."""
-    exp, overlay = tmp_path / "exp", tmp_path / "exp.yaml"
-    overlay.write_text(f"reuse: {{tree: {smoke_tree / 'results'}, stages: [text_s1, text_s2, text_s3]}}\n"
-                       "stages: {text_s4: {train: {lr: 0.002}}}\n")
-    before = {p: p.stat().st_mtime_ns for p in (smoke_tree / "results/models").rglob("*") if p.is_file()}
-    out = snakemake(smoke_tree, "-d", str(exp), "results/tables/seeds/text_s4.csv", "--configfile", "config/smoke.yaml",
-                    str(overlay)).stdout
-    assert {p: p.stat().st_mtime_ns for p in before} == before
-    for seed in SEEDS:
-        copied, theirs = (d / f"results/models/seed{seed}/text_s3/model.safetensors" for d in (exp, smoke_tree))
-        assert copied.read_bytes() == theirs.read_bytes()
-        meta = json.loads((exp / f"results/models/seed{seed}/text_s4/meta.json").read_text())
-        assert meta["train_config"]["lr"] == 0.002
-    assert not (exp / "results/models/seed0/text_s2/train.log").exists(), out  # copied, never trained here
-    table = pd.read_csv(exp / "results/tables/seeds/text_s4.csv")
-    assert list(table["unit"][:3]) == ["text_s1", "text_s2", "text_s3"] and set(table["runs"]) == {len(SEEDS)}
-    assert table["unit"].iloc[-1] == "text_s4" and (exp / "results/figures/seeds/text_s4.pdf").stat().st_size > 0
