@@ -1,6 +1,5 @@
 """The smoke DAG end to end (config/smoke.yaml: the default target and the Qwen sub-DAG on tiny models, built once
-in a tree of its own) and what reruns in that tree after a config change. These tests are slow (tests/conftest.py);
-the file is one unit for pytest-xdist (`--dist loadfile`), so one worker builds the tree.
+in a tree of its own) and what reruns in that tree after a config change. These tests are slow (tests/conftest.py).
 """
 
 import json
