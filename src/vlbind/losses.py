@@ -18,11 +18,11 @@ import torch.nn.functional as F
 
 from .inference import answer_logits
 from .tasks import BY_COLOR, RETRIEVAL, Batch, Role
+from .train_config import TrainConfig
 
 if TYPE_CHECKING:
     from .bank import ImageBank
     from .model import Transformer
-    from .train import TrainConfig
 
 
 def prompt_loss(logits: torch.Tensor, target: np.ndarray) -> torch.Tensor:

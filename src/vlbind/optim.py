@@ -3,12 +3,9 @@ finite without a wait on the device; the learning rate's linear warm-up, then co
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import torch
 
-if TYPE_CHECKING:
-    from .train import TrainConfig
+from .train_config import TrainConfig
 
 
 def make_optimizer(model: torch.nn.Module, cfg: TrainConfig) -> torch.optim.AdamW:

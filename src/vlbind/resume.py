@@ -19,11 +19,11 @@ import torch
 
 from .checkpoint import load_optimizer_tensors, load_tensors, optimizer_tensors, read_metadata, save_tensors
 from .files import CorruptFileError
+from .train_config import TrainConfig
 
 if TYPE_CHECKING:
     from .model import Transformer
     from .tasks import StageSpec
-    from .train import TrainConfig
 
 log = logging.getLogger(__name__)
 RESUME_FILE = "resume.safetensors"
