@@ -20,7 +20,7 @@ table = interchange(model, tok, make_pairs(cfg.n_entries, cfg.pairs, cfg.seed), 
                     filter_correct=cfg.filter_correct, layers_per_batch=cfg.layers_per_batch, device=device)
 dropped = table.attrs["dropped"]
 table = jobs.with_model_columns(table, sm.wildcards.model, spec, sm.params.tiny, dropped=dropped)
-atomic_write(sm.output.binding, lambda tmp: table.to_parquet(tmp, index=False))
+atomic_write(sm.output.binding, lambda tmp, t=table: t.to_parquet(tmp, index=False))
 log.info("wrote %s: %d pairs, %d dropped", sm.output.binding, table["pair"].nunique(), dropped)
 
 table = probe_table(model, tok, QwenProbeConfig.from_dict(sm.params.probes), chat, device)

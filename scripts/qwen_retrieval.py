@@ -14,9 +14,9 @@ device, _ = job_device(sm.params.device, sm.threads)  # the weights' dtype: jobs
 spec = models.QwenModel.from_dict(sm.params.model)
 model, tok = jobs.for_job(spec, sm.params.tiny, sm.params.dtype, device)
 cfg = PromptConfig.from_dict(sm.params.prompts)
+chat, generation = Chat.from_dict(sm.params.chat), from_dict(Generation, dict(sm.params.generation))
 for task, path in sm.output.items():
-    table = evaluate(model, tok, prompts(cfg, task), chat=Chat.from_dict(sm.params.chat),
-                     generation=from_dict(Generation, dict(sm.params.generation)), device=device)
+    table = evaluate(model, tok, prompts(cfg, task), chat=chat, generation=generation, device=device)
     table = jobs.with_model_columns(table, sm.wildcards.model, spec, sm.params.tiny)
     atomic_write(path, lambda tmp, t=table: t.to_parquet(tmp, index=False))
     log.info("wrote %s: accuracy %.3f over %d prompts", path, table["correct"].mean(), len(table))

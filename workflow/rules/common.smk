@@ -33,6 +33,14 @@ def job_resources(kind):
     return gpu
 
 
+def figure_outputs(figs, category):
+    """Named outputs of a job that draws several figures: results/figures/{fig}.pdf each, in the report under
+    `category` with its own caption, workflow/report/{fig}.rst."""
+    return {
+        fig: report(f"results/figures/{fig}.pdf", caption=f"../report/{fig}.rst", category=category) for fig in figs
+    }
+
+
 wildcard_constraints:
     seed="[0-9]+",
     run="seed[0-9]+(-[A-Za-z0-9_]+)?",

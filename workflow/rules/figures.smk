@@ -8,12 +8,7 @@ rule accuracy_figures:
         tables=eval_tables(),
         code=f"{REPO}/src/vlbind/figures.py",
     output:
-        **{
-            fig: report(
-                f"results/figures/{fig}.pdf", caption=f"../report/{fig}.rst", category="1 Generalization (both arms)"
-            )
-            for fig in ("fig3", "fig8")
-        },
+        **figure_outputs(("fig3", "fig8"), "1 Generalization (both arms)"),
     log:
         "results/logs/figures/accuracy_figures.log",
     benchmark:

@@ -77,10 +77,7 @@ rule interp_figures:
         circuits=rules.circuits.output.csv,
         code=f"{REPO}/src/vlbind/figures.py",
     output:
-        **{
-            fig: report(f"results/figures/{fig}.pdf", caption=f"../report/{fig}.rst", category="3 Analyses")
-            for fig in INTERP_FIGURES
-        },
+        **figure_outputs(INTERP_FIGURES, "3 Analyses"),
     log:
         "results/logs/figures/interp_figures.log",
     benchmark:

@@ -28,10 +28,7 @@ rule qwen_retrieval_figures:
         tables=qwen_tables(),
         code=f"{REPO}/src/vlbind/qwen/figures.py",
     output:
-        **{
-            fig: report(f"results/figures/{fig}.pdf", caption=f"../report/{fig}.rst", category="4 Qwen LLMs vs VLMs")
-            for fig in ("fig2", "fig6")
-        },
+        **figure_outputs(("fig2", "fig6"), "4 Qwen LLMs vs VLMs"),
     log:
         "results/logs/figures/qwen_retrieval_figures.log",
     conda:
@@ -90,10 +87,7 @@ rule qwen_probe_figures:
         tables=expand("results/qwen/probes/{model}.parquet", model=QWEN["models"]),
         code=f"{REPO}/src/vlbind/qwen/figures.py",
     output:
-        **{
-            fig: report(f"results/figures/{fig}.pdf", caption=f"../report/{fig}.rst", category="4 Qwen LLMs vs VLMs")
-            for fig in ("fig14", "fig15")
-        },
+        **figure_outputs(("fig14", "fig15"), "4 Qwen LLMs vs VLMs"),
     log:
         "results/logs/figures/qwen_probe_figures.log",
     conda:
