@@ -1,7 +1,8 @@
 """The paper's small decoder-only transformer (appendix D.1, Table 2) with a hook API for analyses.
 
-Design: pre-norm blocks (LayerNorm -> causal self-attention -> residual add; LayerNorm -> GELU MLP ->
-residual add), no biases in linear layers, no dropout, untied input and output embeddings. RoPE is applied
+Design ([assumption]: the paper states the sizes, not these): pre-norm blocks (LayerNorm -> causal self-attention ->
+residual add; LayerNorm -> GELU MLP -> residual add), no biases in linear layers, no dropout, untied input and output
+embeddings. RoPE is applied
 to queries and keys, rotating interleaved (even, odd) dimension pairs; its position ids are an input, so
 unattendable noise can be realised as jumps in them (see tasks.py). Attention uses
 `scaled_dot_product_attention` unless a hook needs the scores or the pattern. On CPU, attention itself

@@ -9,8 +9,10 @@ from .train_config import TrainConfig
 
 
 def make_optimizer(model: torch.nn.Module, cfg: TrainConfig) -> torch.optim.AdamW:
-    """AdamW (D.2); the fused kernel updates all parameters in one call instead of a loop over tensors, and skips
-    a step whose gradient is not finite without a wait on the device (optimizer_step)."""
+    """AdamW (D.2) at torch's betas (0.9, 0.999) and eps ([assumption]: the paper states neither), fresh at every
+    stage, ramp length and retry, as the warm-up is ([assumption]: the paper states one schedule, not when it
+    restarts); the fused kernel updates all parameters in one call instead of a loop over tensors, and skips a step
+    whose gradient is not finite without a wait on the device (optimizer_step)."""
     return torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay, fused=True)
 
 
