@@ -1,6 +1,7 @@
 """Snakemake adapter: encode every image of a bank once with a frozen timm encoder."""
 import pandas as pd
 
+from vlbind.config import speed_settings
 from vlbind.device import job_device
 from vlbind.encoders import EncoderSpec, extract
 from vlbind.logs import setup_logging
@@ -10,6 +11,6 @@ log = setup_logging(sm.log[0])
 device, precision = job_device(sm.params.device, sm.threads, sm.params.precision)
 n_images = int(pd.read_parquet(sm.input.objects, columns=["image"])["image"].max()) + 1
 index = extract(EncoderSpec.from_dict(sm.params.encoder), sm.input.images, n_images, sm.output.features,
-                batch_size=sm.params.batch_size, device=device,
+                batch_size=speed_settings(sm.config, "vision")["extract_batch_size"], device=device,
                 precision=precision)
 log.info("wrote %s: %s", sm.output.features, index)

@@ -258,3 +258,16 @@ def test_bad_binding_config_names_the_key():
         BindingConfig(n_entries=41)
     with pytest.raises(ValueError, match="spike_fraction"):
         BindingConfig(spike_fraction=0)
+
+
+def test_layers_per_batch_sets_memory_only_the_interchange_table_is_the_same(tmp_path):
+    """qwen.binding.layers_per_batch is out of the rule's params: a tiny random Qwen model (fp32) patched one layer
+    a pass and all layers at once gives the same table, logits to float rounding."""
+    model, tok = tiny("qwen2")
+    pairs = make_pairs(6, 2, seed=0)
+    one, all_ = (interchange(model, tok, pairs, Chat(), layers_per_batch=n) for n in (1, 64))
+    logits = [c for c in one.columns if "logit" in c]
+    pd.testing.assert_frame_equal(one.drop(columns=logits), all_.drop(columns=logits))
+    assert logits
+    for c in logits:
+        np.testing.assert_allclose(np.stack(one[c]), np.stack(all_[c]), rtol=1e-4, atol=1e-4)

@@ -53,3 +53,38 @@ def test_a_tiny_qwen_model_runs_end_to_end_and_greedy_is_deterministic():
     assert list(a.columns) == ["task", "n_pairs", "context", "query_position", "answer", "output", "correct"]
     pd.testing.assert_frame_equal(a, b)  # left padding: the batch a prompt shares changes nothing
     assert (a["answer"] == [p.answer for p in ps]).all()
+
+
+def test_a_sampled_answer_depends_on_its_prompt_and_the_seed_not_on_the_batch():
+    """The paper config samples (greedy: false, the models' own settings): with one random stream per prompt the
+    answers are the same at batch 1 and 8 (fp32), differ from greedy decoding and between seeds."""
+    model, tok = tiny("qwen2")
+    model.generation_config.update(do_sample=True, temperature=1.5, top_k=50, top_p=0.95)
+    ps = prompts(PromptConfig(context_lengths=(2, 5), contexts_per_length=4), "indirect")[:16]
+
+    def run(batch_size, seed=0, greedy=False):
+        return evaluate(model, tok, ps, chat=Chat(), generation=Generation(
+            max_new_tokens=4, greedy=greedy, batch_size=batch_size, seed=seed))["output"].tolist()
+
+    one = run(1)
+    assert run(8) == one
+    assert run(8, greedy=True) != one and run(8, seed=1) != one
+
+
+def test_the_prompt_sampler_draws_from_the_warped_distribution():
+    """Gumbel-max on the warped scores: over many prompts' streams the token frequencies match the softmax of the
+    logits at the temperature, top-k cut, computed by hand."""
+    from transformers import GenerationConfig
+
+    from vlbind.qwen.retrieval import PromptSampler, prompt_generator
+    logits = torch.tensor([2.0, 1.0, 0.5, 0.0, -1.0, -3.0])
+    n = 20000
+    sampler = PromptSampler(GenerationConfig(do_sample=True, temperature=0.8, top_k=4),
+                            [prompt_generator(7, i) for i in range(n)])
+    picked = sampler(torch.zeros(n, 1, dtype=torch.long), logits.repeat(n, 1))
+    assert torch.isfinite(picked).sum(dim=1).eq(1).all()  # one token a row
+    freq = torch.bincount(picked.argmax(dim=1), minlength=6).double() / n
+    expected = torch.softmax(logits[:4] / 0.8, dim=0).double()
+    assert freq[4:].sum() == 0 and torch.allclose(freq[:4], expected, atol=4 * (0.25 / n) ** 0.5)
+    with pytest.raises(NotImplementedError, match="typical_p"):
+        PromptSampler(GenerationConfig(do_sample=True, typical_p=0.5), [])

@@ -154,6 +154,16 @@ def test_complete_tree_schedules_nothing(smoke_tree):
     assert "Nothing to be done" in out
 
 
+def test_memory_and_speed_settings_rerun_nothing(smoke_tree, tmp_path):
+    """vision.extract_batch_size, evaluate.batch_size, qwen.generation.batch_size and qwen.binding.layers_per_batch
+    change no result (tests in test_vision, test_train, test_qwen_*): on a finished tree, no job reruns for them."""
+    (tmp_path / "change.yaml").write_text("vision: {extract_batch_size: 3}\nevaluate: {batch_size: 7}\n"
+                                          "qwen: {generation: {batch_size: 3}, binding: {layers_per_batch: 5}}\n")
+    out = snakemake(smoke_tree, "all", "qwen_all", "-n", "--configfile", "config/smoke.yaml",
+                    str(tmp_path / "change.yaml")).stdout
+    assert "Nothing to be done" in out
+
+
 def test_changed_stage_parameter_reruns_exactly_that_stage_and_descendants(smoke_tree, tmp_path):
     jobs = dry_run_with(smoke_tree, tmp_path, "stages:\n  text_s3:\n    train: {lr: 0.002}\n")
     expected = {("train_text", f"seed={s}, stage={st}") for st in TEXT_STAGES[2:] for s in seeds_of(st)}

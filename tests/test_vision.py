@@ -455,3 +455,18 @@ def test_a_missing_cairo_library_stops_rendering_naming_what_to_install(monkeypa
     monkeypatch.setattr(builtins, "__import__", no_cairo)
     with pytest.raises(MissingSystemLibrary, match=r"cairo system library.*apt install libcairo2.*conda-forge cairo"):
         render([(0, 0, (10, 10, 50, 50))], size=64)
+
+
+def test_extract_batch_size_sets_memory_only_the_features_equal_to_float16_rounding(tmp_path):
+    """vision.extract_batch_size is out of the rule's params: any batch gives the same features (to the float16
+    storage's rounding), here 1 and 3 images a pass against all 5 at once."""
+    render_bank(RenderConfig(n_colors=2, renderings=1, size=64), tmp_path)
+    spec = EncoderSpec(timm_name="vit_tiny_patch16_224", pretrained=False, grid=None)
+    torch.manual_seed(0)
+    model = __import__("timm").create_model("vit_tiny_patch16_224", pretrained=False, num_classes=0, img_size=64)
+    feats = {}
+    for size in (5, 1, 3):
+        extract(spec, tmp_path / "images", 5, tmp_path / f"f{size}.npy", batch_size=size, model=model)
+        feats[size] = np.load(tmp_path / f"f{size}.npy").astype(np.float32)
+    for size in (1, 3):
+        np.testing.assert_allclose(feats[size], feats[5], rtol=2e-3, atol=2e-3)

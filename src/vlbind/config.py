@@ -235,6 +235,29 @@ def canonical(value):
     return value
 
 
+# Settings that set memory and speed only: out of every rule's params, so that changing one reruns nothing (a result
+# equal to rounding: tests/test_workflow.py); a job reads them from the config itself (`speed_settings`).
+SPEED_ONLY = {"evaluate": ("batch_size",), "vision": ("extract_batch_size",), "qwen.generation": ("batch_size",),
+              "qwen.binding": ("layers_per_batch",)}
+
+
+def _section(config: dict, path: str) -> dict:
+    for part in path.split("."):
+        config = config[part]
+    return config
+
+
+def result_params(config: dict, path: str) -> dict:
+    """The section at `path` (e.g. "qwen.generation") as a rule's params: canonical, without the settings that set
+    memory and speed only (SPEED_ONLY)."""
+    return canonical({k: v for k, v in _section(config, path).items() if k not in SPEED_ONLY.get(path, ())})
+
+
+def speed_settings(config: dict, path: str) -> dict:
+    """The memory and speed settings of the section at `path`, which result_params leaves out."""
+    return {k: _section(config, path)[k] for k in SPEED_ONLY[path]}
+
+
 def stage_section(config: dict, stage: str) -> dict:
     """A stage's section of `stages` with its whole task: the top-level `task` with the stage's own on top (as
     `train`, stage_train). Derived for the controls (never written into `config`): a binding-loss control's task is

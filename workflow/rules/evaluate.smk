@@ -18,7 +18,7 @@ rule evaluate:
     resources:
         **job_resources("gpu"),
     params:
-        evaluate=vlconfig.canonical(config["evaluate"]),
+        evaluate=vlconfig.result_params(config, "evaluate"),  # batch_size: read by the job
         divergence=vlconfig.canonical(config["divergence"]),
         device=config["device"],
         precision=vlconfig.canonical(config["precision"]),

@@ -18,7 +18,7 @@ rule qwen_retrieval:
     params:
         **QWEN_MODEL_PARAMS,
         prompts=vlconfig.canonical(QWEN["prompts"]),
-        generation=vlconfig.canonical(QWEN["generation"]),
+        generation=vlconfig.result_params(config, "qwen.generation"),  # batch_size: read by the job
     script:
         "../../scripts/qwen_retrieval.py"
 
@@ -56,7 +56,7 @@ rule qwen_analyze:
         **job_resources("qwen"),
     params:
         **QWEN_MODEL_PARAMS,
-        binding=vlconfig.canonical(QWEN["binding"]),
+        binding=vlconfig.result_params(config, "qwen.binding"),  # layers_per_batch: read by the job
         probes=vlconfig.canonical(QWEN["probes"]),
     script:
         "../../scripts/qwen_analyze.py"
@@ -77,7 +77,7 @@ rule table1:
     conda:
         "../envs/vlbind.yaml"
     params:
-        binding=vlconfig.canonical(QWEN["binding"]),
+        binding=vlconfig.result_params(config, "qwen.binding"),
     script:
         "../../scripts/qwen_table1.py"
 

@@ -62,7 +62,6 @@ rule extract_features:
         **job_resources("train"),
     params:
         encoder=lambda wc: vlconfig.encoder_spec(config, wc.encoder),
-        batch_size=config["vision"]["extract_batch_size"],
         precision=vlconfig.canonical(config["vision"]["precision"]),
         device=config["device"],
     script:
