@@ -33,7 +33,7 @@ MINI = ModelConfig(n_layers=6, d_model=64, d_ff=256, n_heads=4)
 
 def rate(n: int, solo: float, train: TrainConfig, device: str) -> float:
     """Prompts/s of `train.max_steps` steps of the loop on 2..n objects (a 3-step run first, untimed)."""
-    spec = StageSpec(216, 216, 8, 2, n, shuffle=True, solo_fraction=solo)
+    spec = StageSpec(216, 216, 8, 2, n, shuffle=True, solo_fraction=solo, symmetric_fraction=0.0)
     torch.manual_seed(0)
     with tempfile.TemporaryDirectory() as d:
         warm = TrainConfig(**{**train.__dict__, "max_steps": 3, "eval_every": 3})
@@ -45,7 +45,7 @@ def rate(n: int, solo: float, train: TrainConfig, device: str) -> float:
 
 def profile_step(n: int, solo: float, train: TrainConfig, device: str) -> None:
     """Print where `train.max_steps` training steps on 2..n objects spend their time (3 steps first, unprofiled)."""
-    spec = StageSpec(216, 216, 8, 2, n, shuffle=True, solo_fraction=solo)
+    spec = StageSpec(216, 216, 8, 2, n, shuffle=True, solo_fraction=solo, symmetric_fraction=0.0)
     torch.manual_seed(0)
     model = Transformer(MINI).to(device).train()
     opt = make_optimizer(model, train)

@@ -41,8 +41,8 @@ from vlbind.tasks import StageSpec, generate, pack_queries
 from vlbind.train import TrainConfig
 
 ROOT = Path(__file__).resolve().parents[1]
-TEXT_S5 = StageSpec(216, 216, 32, 2, 8, shuffle=True)
-NOISE_TEXT = StageSpec(216, 216, 32, 2, 8, shuffle=True, noise_tokens=100, noise_fraction=1.0)
+TEXT_S5 = StageSpec(216, 216, 32, 2, 8, shuffle=True, symmetric_fraction=0.0)  # as measured (no symmetric prompts)
+NOISE_TEXT = StageSpec(216, 216, 32, 2, 8, shuffle=True, noise_tokens=100, noise_fraction=1.0, symmetric_fraction=0.0)
 
 
 def llama_like(cfg: ModelConfig, attention: str = "sdpa"):

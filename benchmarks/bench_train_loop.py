@@ -31,7 +31,8 @@ from vlbind.train import TrainConfig, train_attempt
 MODELS = {"paper 12 x 128": ModelConfig(n_layers=12, d_model=128, d_ff=512, n_heads=4),
           "mini 6 x 64": ModelConfig(n_layers=6, d_model=64, d_ff=256, n_heads=4),
           "tiny 1 x 16": ModelConfig(n_layers=1, d_model=16, d_ff=64, n_heads=4)}
-SPEC = StageSpec(n_colors=216, n_shapes=216, n_items=8, min_objects=2, max_objects=8, shuffle=False)
+SPEC = StageSpec(n_colors=216, n_shapes=216, n_items=8, min_objects=2, max_objects=8, shuffle=False,
+                 symmetric_fraction=0.0)
 
 
 def sync(device: str) -> None:

@@ -33,7 +33,7 @@ from vlbind.tasks import IMAGE, TEXT, StageSpec, generate
 from vlbind.train import TrainConfig
 
 ROOT = Path(__file__).resolve().parents[1]
-SPEC = StageSpec(n_colors=8, n_shapes=13, n_items=8, min_objects=8, max_objects=8, shuffle=True)
+SPEC = StageSpec(n_colors=8, n_shapes=13, n_items=8, min_objects=8, max_objects=8, shuffle=True, symmetric_fraction=0.0)
 
 
 def bench_extraction(name: str, spec: EncoderSpec, image_dir: Path, n: int, batch: int) -> list[str]:

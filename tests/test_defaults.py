@@ -3,6 +3,8 @@
 take theirs from the schema, and config.yaml does not repeat them."""
 
 import dataclasses
+import importlib
+import pkgutil
 import re
 import shutil
 import subprocess
@@ -17,35 +19,24 @@ from vlbind import config as vlconfig
 from vlbind import schema as vlschema
 from vlbind.encoder_pretrain import PretrainConfig
 from vlbind.evaluate import EvalConfig
-from vlbind.interp.circuits import CircuitRule
-from vlbind.interp.interchange import InterchangeConfig
-from vlbind.interp.knockout import KnockoutConfig
-from vlbind.interp.layer_relevance import LayerRelevanceConfig
-from vlbind.interp.probes import ProbeConfig
 from vlbind.model import ModelConfig
-from vlbind.outcomes import DivergenceRule
 from vlbind.qwen.binding import BindingConfig
-from vlbind.qwen.probes import QwenProbeConfig
-from vlbind.qwen.prompts import Chat, PromptConfig
-from vlbind.qwen.retrieval import Generation
 from vlbind.render import RenderConfig
-from vlbind.settings import DEFAULTS_FILE, config_defaults
+from vlbind.settings import DEFAULTS_FILE, SETTINGS, config_defaults
 from vlbind.tasks import StageSpec
 from vlbind.train import TrainConfig
 
 PAPER = vlconfig.load([ROOT / "config/config.yaml"])
-SECTIONS = {TrainConfig: "train", EvalConfig: "evaluate", ProbeConfig: "interp.probes",
-            InterchangeConfig: "interp.interchange", KnockoutConfig: "interp.knockout",
-            LayerRelevanceConfig: "interp.layer_relevance", CircuitRule: "interp.circuits", ModelConfig: "model",
-            RenderConfig: "render", PromptConfig: "qwen.prompts", Chat: "qwen.chat", BindingConfig: "qwen.binding",
-            QwenProbeConfig: "qwen.probes", DivergenceRule: "divergence", Generation: "qwen.generation"}
 # A config value of another kind than the field's: the config holds what the field is resolved from.
 # A per-device mapping -> the entry of the device a job runs on (TrainConfig.from_section).
 RESOLVED = {(TrainConfig, "precision"), (TrainConfig, "sub_batch_tokens")}
-
-
 # ModelConfig's projector fields are config.yaml's `projector` section
 ELSEWHERE = {(ModelConfig, "projector_mult"): "projector.mult", (ModelConfig, "projector_scale"): "projector.scale"}
+# The one default in code of a key configs may leave out, and why (tasks.StageSpec): a schema default would drop the
+# `image_fraction: 0.0` the image arm's stages write from their params and rerun them in every finished tree
+IN_CODE = {(StageSpec, "image_fraction")}
+# dataclasses that hold no config section: data, results, the vocabulary (the one home of its sizes)
+NOT_SETTINGS = {"Vocab", "Batch", "ImageBank", "_Progress", "Pairs", "BoxesPair", "ProbePrompt", "RetrievalPrompt"}
 
 
 def plain(value):
@@ -59,18 +50,73 @@ def paper_value(path: str):
     return node
 
 
-@pytest.mark.parametrize("cls", SECTIONS, ids=lambda c: c.__name__)
-def test_a_settings_dataclass_reads_every_value_config_yaml_holds_and_writes_none(cls):
-    """A field whose key config.yaml holds has no default written in the code: it is read from config.yaml (the
-    merged paper config here, read independently), and equals it."""
-    section, optional = paper_value(SECTIONS[cls]), vlschema.schema_defaults("train") if cls is TrainConfig else {}
-    held = {f.name: f"{SECTIONS[cls]}.{f.name}" for f in dataclasses.fields(cls)
-            if f.name in section and (cls, f.name) not in RESOLVED and f.name not in optional}
-    held |= {name: path for (owner, name), path in ELSEWHERE.items() if owner is cls}
-    assert len(held) >= 2 and cls.defaults_from == held
+def every_dataclass() -> dict[str, type]:
+    """Every dataclass the package defines, by name (its modules imported)."""
+    import vlbind
+    found = {}
+    for m in pkgutil.walk_packages(vlbind.__path__, "vlbind."):
+        if not m.name.endswith("__main__"):
+            module = importlib.import_module(m.name)
+            found |= {name: obj for name, obj in vars(module).items() if dataclasses.is_dataclass(obj)
+                      and isinstance(obj, type) and obj.__module__ == m.name}
+    return found
+
+
+FOUND = every_dataclass()  # imports every module, so that SETTINGS holds every class before the tests are listed
+
+
+def test_every_dataclass_is_a_registered_settings_class_or_holds_no_config_section():
+    """A new settings class cannot escape the check below: it registers through settings.config_defaults."""
+    found = FOUND
+    assert {n for n, c in found.items() if c not in SETTINGS} == NOT_SETTINGS
+    assert set(SETTINGS) <= set(found.values()) and len(SETTINGS) >= 19
+
+
+@pytest.mark.parametrize("cls", list(SETTINGS), ids=lambda c: c.__name__)
+def test_a_settings_dataclass_takes_each_default_from_its_one_home(cls):
+    """Each field's default comes from one home: config.yaml's value where config.yaml holds the key (the field
+    writes none: settings.config_defaults reads it), else the schema's default of a key a config may leave out; a
+    key with neither is required (no default); a field no config sets (one a job resolves, a caller's argument)
+    keeps its own. A section of entries by name ("encoders.*") has no config.yaml value."""
+    section = SETTINGS[cls]
+    held = {} if "*" in section else paper_value(section)
+    optional = vlschema.schema_defaults(section)
+    keys = vlschema.section_schema(section).get("properties", {})
+    assert keys, section
+    expect = {}  # {field: the config.yaml key its default is}, as config_defaults records it
     for f in dataclasses.fields(cls):
-        if f.name in held:
-            assert plain(f.default) == plain(paper_value(held[f.name])), f"{cls.__name__}.{f.name}"
+        code = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
+        where = f"{cls.__name__}.{f.name}"
+        if (cls, f.name) in ELSEWHERE:
+            expect[f.name] = ELSEWHERE[cls, f.name]
+            assert plain(code) == plain(paper_value(ELSEWHERE[cls, f.name])), where
+        elif (cls, f.name) in RESOLVED or f.name not in keys:
+            continue  # not a config value: its own default, if any
+        elif f.name in optional:
+            assert plain(code) == plain(optional[f.name]), where
+        elif f.name in held:
+            expect[f.name] = f"{section}.{f.name}"
+            assert plain(code) == plain(held[f.name]), where
+        elif (cls, f.name) in IN_CODE:
+            assert code is not dataclasses.MISSING, where
+        else:
+            assert code is dataclasses.MISSING, f"{where}: a key without a default anywhere is required"
+    assert cls.defaults_from == expect
+
+
+def test_config_yaml_writes_no_key_at_the_schema_s_default():
+    """A setting a config may leave out has its default in the schema only: config.yaml writes it only to set the
+    paper's scale apart (train.stall_steps), and an encoder entry only what differs from the schema's."""
+    for section in {s for s in SETTINGS.values()}:
+        optional = vlschema.schema_defaults(section)
+        entries = ([paper_value(section.split(".*")[0])[name] for name in paper_value(section.split(".*")[0])]
+                   if "*" in section else [paper_value(section)])
+        for entry in entries:
+            entry = entry or {}
+            if section.endswith(".pretrain"):
+                entry = entry.get("pretrain") or {}
+            same = {k for k in set(optional) & set(entry) if entry[k] == optional[k]}
+            assert not same, (section, same)
 
 
 def test_a_default_config_yaml_lacks_is_an_error_naming_the_key_and_the_file():

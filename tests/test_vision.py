@@ -191,7 +191,7 @@ def test_mixed_stage_holds_its_image_share(tmp_path):
 
 
 @pytest.mark.parametrize("spec, digest", [
-    (StageSpec(max_objects=8), "b61554db46324e2f"),
+    (StageSpec(max_objects=8, symmetric_fraction=0.0), "b61554db46324e2f"),  # the old default, written out
     (StageSpec(8, 8, 8, 2, 2, shuffle=False, symmetric_fraction=0.5), "838e3259a5c4e4a0"),
     (StageSpec(noise_tokens=100, noise_fraction=0.5, grounding_fraction=0.5, symmetric_fraction=0.5),
      "79f0f2b6a44e2d5d"),

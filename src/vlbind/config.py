@@ -190,7 +190,7 @@ def _check_ranges(config: dict) -> None:
     seeds = config["seeds"]
     if len(set(seeds)) != len(seeds):
         raise _error("seeds", f"{seeds} lists a seed twice; each seed is one run")
-    for variant, subset in config.get("variant_seeds", {}).items():
+    for variant, subset in config["variant_seeds"].items():
         if not set(subset) <= set(seeds):
             raise _error(f"variant_seeds.{variant}", f"{subset} must be seeds of `seeds` ({seeds})")
 
@@ -348,7 +348,7 @@ def run_name(seed: int, stage: str, encoder: str | None = None) -> str:
 def variant_runs(config: dict, variant: str) -> list[str]:
     """Run ids of a variant: one per seed (all of `seeds`, or those `variant_seeds` gives it), or per seed and
     encoder for image-trained variants."""
-    seeds = config.get("variant_seeds", {}).get(variant, config["seeds"])
+    seeds = config["variant_seeds"].get(variant, config["seeds"])
     if VARIANT_STAGE[variant] in VISION_STAGES:
         return [f"seed{s}-{e}" for s in seeds for e in config["vision"]["encoders"]]
     return [f"seed{s}" for s in seeds]

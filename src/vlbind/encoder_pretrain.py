@@ -23,22 +23,27 @@ from .device import autocast
 from .encoders import normalizer, to_tensor
 from .files import atomic_write, write_json
 from .render import SHAPES, RenderConfig, layout_objects, placements, render
-from .schema import check_fields
-from .settings import from_dict
+from .schema import check_fields, schema_defaults
+from .settings import config_defaults, from_dict
 
 log = logging.getLogger(__name__)
 
 
+_PRETRAIN = schema_defaults("encoders.*.pretrain")  # the one home of these defaults (no config.yaml entry pretrains)
+
+
 @dataclass(frozen=True)
+@config_defaults("encoders.*.pretrain")
 class PretrainConfig:
-    renderings: int = 48  # per color-shape pair
-    held_out: float = 0.1  # share of them kept out of training, to report accuracy on
-    min_scale: float = 0.2  # shape side / image side; wider than the image bank's, so the encoder sees it all
-    max_scale: float = 0.8
-    epochs: int = 4
-    batch_size: int = 64
-    lr: float = 2.0e-3
-    seed: int = 1  # renders and initialises; the image bank renders from render.seed (0)
+    """An encoder entry's `pretrain` section: its weights trained on renderings by rule pretrain_encoder."""
+    renderings: int = _PRETRAIN["renderings"]  # per color-shape pair
+    held_out: float = _PRETRAIN["held_out"]  # share of them kept out of training, to report accuracy on
+    min_scale: float = _PRETRAIN["min_scale"]  # shape side / image side; wider than the image bank's
+    max_scale: float = _PRETRAIN["max_scale"]
+    epochs: int = _PRETRAIN["epochs"]
+    batch_size: int = _PRETRAIN["batch_size"]
+    lr: float = _PRETRAIN["lr"]
+    seed: int = _PRETRAIN["seed"]  # renders and initialises; the image bank renders from render.seed (0)
 
     def __post_init__(self) -> None:
         check_fields("encoders.*.pretrain", self)  # types and ranges: the schema's (renderings >= 2: one held out)

@@ -32,7 +32,8 @@ import torch.nn.functional as F
 from .device import autocast
 from .files import atomic_write, write_json
 from .render import load_image
-from .settings import from_dict
+from .schema import schema_defaults
+from .settings import config_defaults, from_dict
 
 log = logging.getLogger(__name__)
 HUB_HOST = "huggingface.co"
@@ -45,14 +46,20 @@ class EncoderWeightsError(RuntimeError):
     pass
 
 
+# An encoder entry's settings other than its timm_name: their one default is the schema's
+_ENTRY = schema_defaults("encoders.*")
+
+
 @dataclass(frozen=True)
+@config_defaults("encoders.*")
 class EncoderSpec:
+    """One entry of config key `encoders` (its defaults: the schema's; the paper's three entries: config.yaml)."""
     timm_name: str
-    pretrained: bool = True  # [paper] frozen pretrained encoders; false = random weights (tests, mini)
-    checkpoint: str | None = None  # a local weights file to use instead of the hub
-    grid: int | None = None  # pool the token grid to grid x grid; None keeps every patch (paper)
-    model_kwargs: dict = field(default_factory=dict)  # passed to timm.create_model (e.g. img_size)
-    pretrain: dict | None = None  # set: weights pretrained on renderings by the DAG (encoder_pretrain.py)
+    pretrained: bool = _ENTRY["pretrained"]  # [paper] frozen pretrained encoders; false = random weights (tests)
+    checkpoint: str | None = _ENTRY["checkpoint"]  # a local weights file to use instead of the hub
+    grid: int | None = _ENTRY["grid"]  # pool the token grid to grid x grid; None keeps every patch (paper)
+    model_kwargs: dict = field(default_factory=lambda: dict(_ENTRY["model_kwargs"]))  # to timm.create_model
+    pretrain: dict | None = _ENTRY["pretrain"]  # set: weights pretrained on renderings by the DAG (encoder_pretrain.py)
 
     @classmethod
     def from_dict(cls, d: dict) -> EncoderSpec:

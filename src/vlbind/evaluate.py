@@ -1,7 +1,7 @@
 """Accuracy by number of objects, in and out of distribution (paper, section 4 and Figure 3).
 
-Evaluation uses text prompts of the full vocabulary (216 colors, 216 shapes, 32 items), queried by color (the
-paper's reported direction), without noise, with the association list in each of `orders`: shuffled (the
+Evaluation uses text prompts of the full vocabulary (vlbind.vocab: 216 colors, 216 shapes, 32 items), queried by
+color (the paper's reported direction), without noise, with the association list in each of `orders`: shuffled (the
 paper's) and/or fixed (in context order, what a positional model trained without shuffling can solve; mini).
 The prompts come from a fixed evaluation seed, drawn at once for each length and order and scored in batches, so
 every model is scored on the same prompts whatever `batch_size` (memory only). Evaluation never trains:
@@ -20,7 +20,7 @@ from .inference import count_correct
 from .model import Transformer
 from .schema import check_fields
 from .settings import config_defaults
-from .tasks import BY_COLOR, RETRIEVAL, StageSpec, generate, in_batches, in_order
+from .tasks import BY_COLOR, RETRIEVAL, generate, in_batches, in_order, text_retrieval_spec
 
 
 @dataclass(frozen=True)
@@ -41,7 +41,7 @@ class EvalConfig:
             raise ValueError(f"EvalConfig needs min_objects <= max_objects, got {self.min_objects}..{self.max_objects}")
 
 
-EVAL_SPEC = StageSpec(n_colors=216, n_shapes=216, n_items=32, min_objects=2, max_objects=32, shuffle=True)
+EVAL_SPEC = text_retrieval_spec(2, 32)
 
 
 @torch.no_grad()

@@ -10,6 +10,7 @@ from pathlib import Path
 import yaml
 
 from .stages import CONTROLS, CURRICULUM, STAGE_PARENTS, VARIANT_STAGE
+from .vocab import Vocab
 
 SCHEMA_PATH = Path(__file__).with_name("config.schema.yaml")
 
@@ -22,17 +23,19 @@ def schema() -> dict:
     curriculum control's, which copy their image stage's)."""
     parsed = yaml.safe_load(SCHEMA_PATH.read_text())
     parsed["definitions"]["variant"]["enum"] = list(VARIANT_STAGE)
+    for key in ("n_colors", "n_shapes", "n_items"):  # a stage draws from the first n of the vocabulary's group
+        parsed["definitions"]["task"]["properties"][key]["maximum"] = getattr(Vocab, key)
     parsed["properties"]["stages"]["properties"] = {
         s: {"$ref": "#/definitions/control_stage" if s in CONTROLS else "#/definitions/stage"}
         for s in STAGE_PARENTS if s not in CURRICULUM}
     return parsed
 
 
-def schema_defaults(definition: str) -> dict:
-    """{key: default} for the keys of the schema's `definition` ("task", "train") that declare one: the
-    value that keeps an optional setting (mostly one not in the paper) off."""
-    props = schema()["definitions"][definition]["properties"]
-    return {k: p["default"] for k, p in props.items() if "default" in p}
+def schema_defaults(path: str) -> dict:
+    """{key: default} for the keys of the section at config key `path` ("task", "train", "encoders.*") that declare
+    one: the one default of a setting a config may leave out (mostly one not in the paper: the value that keeps it
+    off)."""
+    return {k: p["default"] for k, p in section_schema(path).get("properties", {}).items() if "default" in p}
 
 
 def section_schema(path: str) -> dict:

@@ -37,11 +37,18 @@ def _defaults() -> dict:
                           "shipped with the package: reinstall vlbind (pip install -e .)") from e
 
 
+# Every settings dataclass, by the config section it holds (config_defaults): tests/test_defaults.py checks each
+# field's default against its one home
+SETTINGS: dict[type, str] = {}
+
+
 def config_defaults(section: str, **keys: str):
     """Class decorator, written under @dataclass: each field the class writes without a default takes config.yaml's
     value of the same key in `section` (dotted: "interp.probes"), or of the dotted path `keys` names for it
     (`projector_mult="projector.mult"`); a list becomes a tuple. Fields with a default of their own are not
-    config.yaml's (a setting a config may leave out: the schema's; one a job resolves: its fallback)."""
+    config.yaml's (a setting a config may leave out: the schema's; one a job resolves: its fallback). A section of
+    entries by name ("encoders.*") has no config.yaml default: its fields without one are required. Registers the
+    class in SETTINGS."""
 
     def lookup(path: str, owner: str):
         node = _defaults()
@@ -52,11 +59,12 @@ def config_defaults(section: str, **keys: str):
         return tuple(node) if isinstance(node, list) else node
 
     def fill(cls):
-        read = {name: keys.get(name, f"{section}.{name}") for name in inspect.get_annotations(cls)
-                if name not in cls.__dict__}
+        read = {} if "*" in section else {name: keys.get(name, f"{section}.{name}")
+                                          for name in inspect.get_annotations(cls) if name not in cls.__dict__}
         for name, path in read.items():
             setattr(cls, name, lookup(path, f"{cls.__name__}.{name}"))
         cls.defaults_from = read  # {field: the config.yaml key its default is}
+        SETTINGS[cls] = section
         return cls
 
     return fill

@@ -42,12 +42,12 @@ from ..inference import answer_logits, model_inputs
 from ..mechanisms import SCRATCH_LABELS
 from ..model import Transformer
 from ..settings import config_defaults
-from ..tasks import BY_COLOR, RETRIEVAL, Batch, StageSpec, assemble, generate, in_batches, in_order
+from ..tasks import BY_COLOR, RETRIEVAL, Batch, StageSpec, assemble, generate, in_batches, in_order, text_retrieval_spec
 
 LABELS = SCRATCH_LABELS  # vlbind.mechanisms: the vocabulary circuits.csv and table1.csv share
 MECHANISMS = LABELS[:-1]  # the five a patched answer can follow; anything else is "mixed"
 # Text prompts of the full vocabulary with 5..8 objects (five distinct slots); sweep() sets the list's order.
-INTERCHANGE_SPEC = StageSpec(n_colors=216, n_shapes=216, n_items=32, min_objects=5, max_objects=8, shuffle=True)
+INTERCHANGE_SPEC = text_retrieval_spec(5, 8)
 # where the counterfactual's residual is patched in (module doc): the indices it replaces of (query token, [ANSWER])
 POSITIONS = {"answer": (1,), "query": (0,), "both": (0, 1)}
 

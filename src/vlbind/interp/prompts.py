@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..tasks import BY_COLOR, RETRIEVAL, Batch, Role, StageSpec, generate, in_batches, in_order
+from ..tasks import BY_COLOR, RETRIEVAL, Batch, Role, generate, in_batches, in_order, text_retrieval_spec
 
 # Text prompts of <= 8 objects queried by color, as the paper analyses (full vocabulary; order: an argument).
-ANALYSIS_SPEC = StageSpec(n_colors=216, n_shapes=216, n_items=32, min_objects=2, max_objects=8, shuffle=True)
+ANALYSIS_SPEC = text_retrieval_spec(2, 8)
 ROLES = {"context color": Role.CONTEXT_COLOR, "context shape": Role.CONTEXT_SHAPE,
          "association shape": Role.ASSOCIATION_KEY, "association item": Role.ASSOCIATION_ITEM,
          "query": Role.QUERY, "answer": Role.ANSWER}

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import torch
 
-from ..settings import from_dict
+from ..settings import config_defaults, from_dict
 
 CLASSES = {"qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM", "qwen2_vl": "Qwen2VLForConditionalGeneration",
            "qwen2_5_vl": "Qwen2_5_VLForConditionalGeneration", "qwen3_vl": "Qwen3VLForConditionalGeneration"}
@@ -33,6 +33,7 @@ class QwenWeightsError(RuntimeError):
 
 
 @dataclass(frozen=True)
+@config_defaults("qwen.models.*")
 class QwenModel:
     repo: str  # Hugging Face repo id, or a local directory holding config.json and the weights
     model_type: str  # its config.model_type (Qwen2.5-7B-Instruct: "qwen2"); picks the class of `tiny` models too
