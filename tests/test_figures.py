@@ -116,3 +116,72 @@ def test_the_paper_figures_keep_two_thirds_of_their_area_for_plots_and_their_not
         assert d.attrs["layout"]["legend_bottom"] >= 1.0, name  # accuracies and shares end at 1
         assert d.attrs["layout"]["legend_overhang"] <= 0.0, name  # no legend wider than its panel
         assert not d["title"].str.contains("mini scale").any(), name
+
+
+def test_a_retried_run_is_marked_in_every_figure_that_shows_a_result(tmp_path):
+    """seed1 of image_text retried a stage (its evaluation table's `retries`): fig3's legend counts it, fig8's legend
+    names it, and every analysis figure marks it by name where it names runs (fig9's titles, fig12's and
+    layer_relevance's legends, fig13's rows) and in its footnote where it averages them (fig4, fig10, fig11); runs
+    that did not retry are not marked; the evaluation table's `retries` counts the units that retried (its lineage's
+    meta.json), ood_accuracy.csv's retried_runs, the closing summary and claims.csv's n_retried count the run,
+    circuits.csv carries it (test_smoke_dag)."""
+    from vlbind.claims import claims_table
+    from vlbind.outcomes import DivergenceRule, with_verdicts
+    from vlbind.tables import ood_summary, run_summary
+
+    metas = {"text_s1": {"stage": "text_s1"}, "text_s4": {"stage": "text_s4", "ramp": [{"attempts": [{}, {}]}]},
+             "image_text": {"stage": "image_text", "attempts": [{}, {}, {}]}}  # a ramp length and a stage retried
+    one = eval_rows().query("variant == 'image_text' and run == 'seed1'").drop(columns=["diverged", "converged",
+                                                                                        "convergence"])
+    rule = DivergenceRule(collapse_drop=0.5, min_in_distribution=None, stall_margin=None)
+    assert (with_verdicts(one, {}, metas, rule, "fixed")["retries"] == 2).all()
+    evals = eval_rows().assign(retries=0, seed=lambda d: d["run"].str[-1].astype(int))
+    evals.loc[(evals["variant"] == "image_text") & (evals["run"] == "seed1"), "retries"] = 2
+    summary = ood_summary(evals)
+    assert summary.loc["image_text", "retried_runs"] == 1 and summary.loc["text_only", "retried_runs"] == 0
+    assert "image_text" in (line := [x for x in run_summary(summary.reset_index().assign(order="fixed")).splitlines()
+                                     if "needed a retry" in x][0]) and "1 of 2 needed a retry" in line
+    circuits = pd.DataFrame([{"variant": v, "run": r, "circuit": "Positional"} for v in ("text_only", "image_text")
+                             for r in RUNS])
+    claims = claims_table(evals, circuits).set_index("claim")
+    assert claims.loc["image_beats_text", "n_retried"] == 1 and claims.loc["text_positional", "n_retried"] == 0
+    fig3 = figures.fig3(evals, tmp_path / "fig3.pdf")
+    assert any("1 retried" in t for legend in fig3.attrs["legends"] for t in legend)
+    fig8 = [t for legend in figures.fig8(evals, tmp_path / "fig8.pdf").attrs["legends"] for t in legend]
+    assert [t.split(" ")[0] for t in fig8 if "retried" in t] == ["seed1"]
+    assert sum(t.startswith("seed") for t in fig8) == 4
+
+    retried = {("image_text", "seed1")}
+    runs = [("text_only", r) for r in RUNS] + [("image_text", r) for r in RUNS]
+    layers = range(3)
+    tables = {
+        "interchange": pd.DataFrame([{"variant": v, "run": r, "position": "answer", "layer": i, "label": k,
+                                      "fraction": 0.5, "pairs_kept": 10}
+                                     for v, r in runs for i in layers for k in ("positional", "no_effect")]),
+        "knockout": pd.DataFrame([{"variant": v, "run": r, "kind": kind, "source": a, "target": b,
+                                   "drop": 0.2, "baseline": 0.9, "accuracy": 0.7}
+                                  for v, r in runs for kind in ("role", "matching")
+                                  for a in ("query", "context shape") for b in ("query", "context shape") if a != b]),
+        "probes": pd.DataFrame([{"variant": v, "run": r, "role": role, "attribute": a, "layer": i, "accuracy": 0.6,
+                                 "chance": 0.1} for v, r in runs for role in ("context shape", "association shape")
+                                for a in ("slot", "color", "shape", "item") for i in layers]),
+        "layer_relevance": pd.DataFrame([{"variant": v, "run": r, "layer": i, "cosine": 0.5, "drop": 0.1,
+                                          "spearman_cosine_drop": 0.2} for v, r in runs for i in layers]),
+    }
+    circuits = pd.DataFrame([{"variant": v, "run": r, "circuit": "Positional", "label_position": "answer",
+                              "spike_layer": 1, "weak": False, "retries": int((v, r) in retried)} for v, r in runs])
+    note = figures.retried_note(retried)
+    assert note.endswith("image_text/seed1.")
+    drawn = {}
+    for name, analysis in {"fig4": "interchange", "fig9": "interchange", "fig10": "knockout", "fig11": "probes",
+                           "fig12": "probes", "fig13": "knockout", "fig_layer_relevance": "layer_relevance"}.items():
+        drawn[name] = figures.FIGURES[name](figures.mark_retried(tables[analysis], retried), tmp_path / f"{name}.pdf",
+                                            note=note, circuits=figures.mark_retried(circuits, retried))
+        assert drawn[name].attrs["note"] == note, name
+    marked = "seed1" + figures.RETRIED
+    assert drawn["fig9"]["title"].str.contains(f"image_text / {marked}", regex=False).any()
+    assert not drawn["fig9"]["title"].str.contains(f"text_only / {marked}", regex=False).any()
+    for name in ("fig12", "fig_layer_relevance"):
+        assert any(marked in t for legend in drawn[name].attrs["legends"] for t in legend), name
+    assert (drawn["fig13"]["series"] == f"image_text / {marked}").any()
+    assert (drawn["fig13"]["series"] == "text_only / seed1").any()

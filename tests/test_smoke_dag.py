@@ -113,6 +113,9 @@ def test_smoke_dag_runs_every_analysis_on_every_model_and_draws_their_figures(sm
     circuits = pd.read_csv(smoke_tree / "results/tables/circuits.csv")
     assert len(circuits) == sum(len(RUNS[v]) for v in ANALYSED)
     assert set(circuits["circuit"]) <= {"Positional", "Symbolic-A", "Symbolic-B", "unresolved", "none"}
+    for c in circuits.itertuples():  # each run's retries, as its evaluation table has them
+        ev = pd.read_parquet(smoke_tree / f"results/eval/{c.variant}/{c.run}.parquet")
+        assert c.retries == ev["retries"].max()
 
 
 def test_every_stage_has_a_checkpoint_and_every_job_a_log(smoke_tree):

@@ -144,6 +144,7 @@ def fig8(df: pd.DataFrame, path: str | Path, note: str = "") -> pd.DataFrame:
         d = rows_of_order[rows_of_order["variant"] == v]
         for run, r in d.groupby("run"):
             why = "diverged" if is_diverged(r).iloc[0] else "not converged" if is_unconverged(r).iloc[0] else ""
+            why += (", " if why else "") + "retried" if "retries" in r and r["retries"].iloc[0] > 0 else ""
             label = f"{run} (OOD {100 * ood_average(r):.1f}%{', ' + why if why else ''})"
             ax.plot(r["n_objects"], r["accuracy"], marker="o", ms=2, lw=1, ls="--" if why else "-", label=label)
         ax.set(title=v if len(rows) == 1 else f"{v}, {order}", xlabel="number of objects")
@@ -152,6 +153,23 @@ def fig8(df: pd.DataFrame, path: str | Path, note: str = "") -> pd.DataFrame:
             ax.set_ylabel("accuracy")
     fig.suptitle("Accuracy vs context size, every run", fontsize=10)
     return save(fig, path, note)
+
+
+RETRIED = " (retried)"  # after a run's name in the analyses' figures: its training retried a stage (vlbind.attempts)
+
+
+def mark_retried(df: pd.DataFrame, retried: set[tuple[str, str]]) -> pd.DataFrame:
+    """`df` with the run names of the (variant, run) pairs in `retried` marked RETRIED, so that every analysis
+    figure that names a run (titles, legends, rows) says it retried; the figures' footnote names them all
+    (retried_note), for the panels that average a variant's runs."""
+    marked = [(v, r) in retried for v, r in zip(df["variant"], df["run"])]
+    return df.assign(run=[f"{r}{RETRIED}" if m else r for r, m in zip(df["run"], marked)])
+
+
+def retried_note(retried: set[tuple[str, str]]) -> str:
+    """The footnote line naming the runs whose training retried a stage; empty where none did."""
+    runs = ", ".join(f"{v}/{r}" for v, r in sorted(retried))
+    return f"Retried (our retry rule; vlbind.attempts): {runs}." if retried else ""
 
 
 def steps_to_target(units: pd.DataFrame, order: list[str], path: str | Path, note: str = "") -> pd.DataFrame:
@@ -405,6 +423,7 @@ def save(fig, path, note: str = "") -> pd.DataFrame:
     fig.tight_layout(rect=(0, bottom, 1, 1))
     drawn = plotted(fig)
     drawn.attrs["layout"] = layout(fig)
+    drawn.attrs["note"] = note
     drawn.attrs["legends"] = [[t.get_text() for t in ax.get_legend().get_texts()]
                               for ax in fig.axes if ax.get_legend() is not None]  # per panel with one
     atomic_write(path, lambda tmp: fig.savefig(tmp, format=path.suffix.lstrip(".")))

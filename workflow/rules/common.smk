@@ -93,8 +93,13 @@ def variant_lineage(name):
     return files
 
 
-def eval_tables(wildcards=None):
-    return [f"results/eval/{v}/{run}.parquet" for v in config["variants"] for run in vlconfig.variant_runs(config, v)]
+def eval_tables(wildcards=None, variants=None):
+    """The evaluation tables of every run of `variants` (default: the configured variants)."""
+    return [
+        f"results/eval/{v}/{run}.parquet"
+        for v in (config["variants"] if variants is None else variants)
+        for run in vlconfig.variant_runs(config, v)
+    ]
 
 
 def all_meta():

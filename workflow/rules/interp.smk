@@ -30,6 +30,7 @@ rule circuits:
     input:
         interchange=interp_tables("interchange"),
         probes=interp_tables("probes"),
+        evals=eval_tables(variants=config["interp"]["variants"]),  # each run's retries
         code=f"{REPO}/src/vlbind/interp/circuits.py",
     output:
         csv=report(
