@@ -191,7 +191,7 @@ def test_practice_prompts_keep_one_hop_and_validation_leaves_them_out():
         text = prompt_text(b, i)
         assert text.split()[-2] in text.split(" [CONTEXTEND] ")[1].split(" [QUESTION] ")[0].split()
         assert b.target[i] == b.items[i, b.query_slot[i]]
-    plain = spec.without_practice()
+    plain = spec.for_validation()
     assert (plain.lookup_fraction, plain.solo_fraction) == (0.0, 0.0) and plain.grounding_fraction == 0.2
     with pytest.raises(ValueError, match="solo_fraction"):
         StageSpec(image_fraction=0.5, solo_fraction=0.5)
@@ -207,3 +207,20 @@ def test_a_packed_solo_context_prompt_queries_its_one_object():
     assert np.array_equal(pb.target[solo, 0], b.target[solo])
     assert np.array_equal(pb.tokens[solo, pb.answer_pos[solo, 0] - 1], b.tokens[solo, b.answer_pos[solo] - 1])
 
+
+
+def test_validation_of_a_text_retrieval_stage_queries_by_color_and_grounding_keeps_both_directions():
+    """config.yaml's text stages train half their prompts queried by shape; their validation (the pass bar) asks by
+    color only, the direction the paper evaluates. A grounding stage (both directions by definition) and an image
+    stage keep the mix; a stage without symmetric prompts validates on its own task unchanged (mini's)."""
+    from vlbind.train import TrainConfig, validation_set
+
+    cfg = TrainConfig(val_size=512)
+    text = StageSpec(symmetric_fraction=0.5, solo_fraction=0.5)
+    trained = generate(text, 512, np.random.default_rng(0))
+    assert 0.4 < (trained.query_by == BY_SHAPE).mean() < 0.6
+    assert all((b.query_by == BY_COLOR).all() and (b.kind == RETRIEVAL).all() for b in validation_set(text, cfg))
+    grounding = StageSpec(symmetric_fraction=0.5, grounding_fraction=1.0)
+    assert 0.4 < np.mean(np.concatenate([b.query_by == BY_SHAPE for b in validation_set(grounding, cfg)])) < 0.6
+    plain = StageSpec(symmetric_fraction=0.0)
+    assert plain.for_validation() == plain

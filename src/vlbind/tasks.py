@@ -121,9 +121,12 @@ class StageSpec:
     def to_dict(self) -> dict:
         return asdict(self)
 
-    def without_practice(self) -> StageSpec:
-        """The stage's task without practice prompts: what validation measures."""
-        return replace(self, lookup_fraction=0.0, solo_fraction=0.0)
+    def for_validation(self) -> StageSpec:
+        """What validation measures: the stage's task without practice prompts, and in a text retrieval stage (no
+        grounding, no images) queried by color only, the direction the paper evaluates, so that a stage's pass bar
+        is judged on it; grounding and image stages keep their mix (grounding is both directions by definition)."""
+        spec = replace(self, lookup_fraction=0.0, solo_fraction=0.0)
+        return spec if spec.grounding_fraction or spec.image_fraction else replace(spec, symmetric_fraction=0.0)
 
 
 def text_retrieval_spec(min_objects: int, max_objects: int) -> StageSpec:

@@ -50,10 +50,11 @@ STALLED = "stalled"  # an attempt ended by the stall rule (TrainConfig.stall_ste
 
 
 def validation_set(spec: StageSpec, cfg: TrainConfig, chunk: int = 256, bank: ImageBank | None = None) -> list[Batch]:
-    """A fixed validation set of single-query prompts without practice prompts (the stage's own task), drawn from
-    its own RNG stream so it never overlaps the training stream's state."""
+    """A fixed validation set of single-query prompts of the stage's own task as validation measures it
+    (StageSpec.for_validation: no practice prompts; text retrieval queried by color), drawn from its own RNG stream
+    so it never overlaps the training stream's state."""
     rng = np.random.default_rng([cfg.seed, 0xA11D])
-    return [generate(spec.without_practice(), s, rng, bank=bank) for s in batch_sizes(cfg.val_size, chunk)]
+    return [generate(spec.for_validation(), s, rng, bank=bank) for s in batch_sizes(cfg.val_size, chunk)]
 
 
 def chance(batches: list[Batch]) -> float:
