@@ -211,8 +211,11 @@ def test_a_changed_grid_of_a_pretrained_encoder_reextracts_its_features_without_
 
 
 def test_changed_eval_setting_retrains_nothing(smoke_tree, tmp_path):
+    """An evaluation setting reruns the evaluations and what reads them, no training and no analysis: circuits.csv
+    (each run's retries) and the analyses' figures are redrawn from the analyses' tables."""
     jobs = dry_run_with(smoke_tree, tmp_path, "evaluate: {prompts_per_length: 8}\n")
-    assert {rule for rule, _ in jobs} == {"evaluate", "accuracy_figures", "ood_table", "claims", "all"}
+    assert {rule for rule, _ in jobs} == {"evaluate", "accuracy_figures", "ood_table", "claims", "circuits",
+                                          "interp_figures", "all"}
 
 
 def test_qwen_sub_dag_runs_on_tiny_models_to_every_figure_and_table1(smoke_tree):
