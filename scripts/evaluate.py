@@ -6,7 +6,7 @@ from pathlib import Path
 import pandas as pd
 
 from vlbind.checkpoint import load_model
-from vlbind.config import speed_settings
+from vlbind.config import job_section
 from vlbind.device import job_device
 from vlbind.evaluate import EvalConfig, evaluate
 from vlbind.files import atomic_write, read_json
@@ -18,7 +18,7 @@ sm = snakemake  # noqa: F821
 log = setup_logging(sm.log[0])
 device, precision = job_device(sm.params.device, sm.threads, sm.params.precision)
 model, meta = load_model(Path(sm.input.model).parent, device)
-cfg = from_dict(EvalConfig, {**sm.params.evaluate, **speed_settings(sm.config, "evaluate")})
+cfg = from_dict(EvalConfig, job_section(sm.params.evaluate, sm.config, "evaluate"))
 table = evaluate(model, cfg, device, precision)
 table.insert(0, "run", sm.wildcards.run)
 table.insert(0, "variant", sm.wildcards.variant)

@@ -1,6 +1,6 @@
 """Snakemake adapter: the mechanistic analyses of one pretrained Qwen model (or its tiny stand-in), loaded once:
 interchange interventions on the boxes task (Table 1) and color probes at the shape tokens (Fig 14, Fig 15)."""
-from vlbind.config import speed_settings
+from vlbind.config import job_section
 from vlbind.device import job_device
 from vlbind.files import atomic_write
 from vlbind.logs import setup_logging
@@ -16,7 +16,7 @@ spec = models.QwenModel.from_dict(sm.params.model)
 model, tok = jobs.for_job(spec, sm.params.tiny, sm.params.dtype, device)
 chat = Chat.from_dict(sm.params.chat)
 
-cfg = BindingConfig.from_dict({**sm.params.binding, **speed_settings(sm.config, "qwen.binding")})
+cfg = BindingConfig.from_dict(job_section(sm.params.binding, sm.config, "qwen.binding"))
 table = interchange(model, tok, make_pairs(cfg.n_entries, cfg.pairs, cfg.seed), their_chat(chat, cfg),
                     filter_correct=cfg.filter_correct, layers_per_batch=cfg.layers_per_batch, device=device)
 dropped = table.attrs["dropped"]

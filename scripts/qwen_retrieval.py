@@ -1,6 +1,6 @@
 """Snakemake adapter: Direct and Indirect Retrieval of one pretrained Qwen model (or its tiny stand-in), loaded
 once; each task's generation seeded on its own (retrieval.evaluate), as if it ran alone."""
-from vlbind.config import speed_settings
+from vlbind.config import job_section
 from vlbind.device import job_device
 from vlbind.files import atomic_write
 from vlbind.logs import setup_logging
@@ -16,7 +16,7 @@ spec = models.QwenModel.from_dict(sm.params.model)
 model, tok = jobs.for_job(spec, sm.params.tiny, sm.params.dtype, device)
 cfg = PromptConfig.from_dict(sm.params.prompts)
 chat = Chat.from_dict(sm.params.chat)
-generation = from_dict(Generation, {**sm.params.generation, **speed_settings(sm.config, "qwen.generation")})
+generation = from_dict(Generation, job_section(sm.params.generation, sm.config, "qwen.generation"))
 for task, path in sm.output.items():
     table = evaluate(model, tok, prompts(cfg, task), chat=chat, generation=generation, device=device)
     table = jobs.with_model_columns(table, sm.wildcards.model, spec, sm.params.tiny)

@@ -6,7 +6,6 @@ encoders' specs, run names. Imports no torch, so the Snakefile can use it. Capti
 from __future__ import annotations
 
 import copy
-import functools
 from pathlib import Path
 
 import yaml
@@ -178,7 +177,7 @@ def _check_ranges(config: dict) -> None:
     pairs += [(f"encoders.{name}.pretrain", "min_scale", "max_scale")
               for name, enc in config["encoders"].items() if enc.get("pretrain")]
     for section, lo, hi in pairs:
-        values = functools.reduce(lambda d, k: d[k], section.split("."), config)
+        values = _section(config, section)
         if lo in values and hi in values and values[lo] > values[hi]:
             raise _error(f"{section}.{lo}", f"{values[lo]} > {section}.{hi} ({values[hi]})")
     from .render import RenderConfig
@@ -256,6 +255,11 @@ def result_params(config: dict, path: str) -> dict:
 def speed_settings(config: dict, path: str) -> dict:
     """The memory and speed settings of the section at `path`, which result_params leaves out."""
     return {k: _section(config, path)[k] for k in SPEED_ONLY[path]}
+
+
+def job_section(params: dict, config: dict, path: str) -> dict:
+    """What a job builds its settings from: the rule's `params` (result_params) and the config's speed settings."""
+    return {**params, **speed_settings(config, path)}
 
 
 def stage_section(config: dict, stage: str) -> dict:

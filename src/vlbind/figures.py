@@ -144,8 +144,9 @@ def fig8(df: pd.DataFrame, path: str | Path, note: str = "") -> pd.DataFrame:
         d = rows_of_order[rows_of_order["variant"] == v]
         for run, r in d.groupby("run"):
             why = "diverged" if is_diverged(r).iloc[0] else "not converged" if is_unconverged(r).iloc[0] else ""
-            why += (", " if why else "") + "retried" if "retries" in r and r["retries"].iloc[0] > 0 else ""
-            label = f"{run} (OOD {100 * ood_average(r):.1f}%{', ' + why if why else ''})"
+            retried = "retries" in r and r["retries"].iloc[0] > 0
+            marks = ", ".join(filter(None, [why, "retried" if retried else ""]))
+            label = f"{run} (OOD {100 * ood_average(r):.1f}%{', ' + marks if marks else ''})"
             ax.plot(r["n_objects"], r["accuracy"], marker="o", ms=2, lw=1, ls="--" if why else "-", label=label)
         ax.set(title=v if len(rows) == 1 else f"{v}, {order}", xlabel="number of objects")
         _legend_above(ax, fontsize=5.5)
@@ -162,8 +163,7 @@ def mark_retried(df: pd.DataFrame, retried: set[tuple[str, str]]) -> pd.DataFram
     """`df` with the run names of the (variant, run) pairs in `retried` marked RETRIED, so that every analysis
     figure that names a run (titles, legends, rows) says it retried; the figures' footnote names them all
     (retried_note), for the panels that average a variant's runs."""
-    marked = [(v, r) in retried for v, r in zip(df["variant"], df["run"])]
-    return df.assign(run=[f"{r}{RETRIED}" if m else r for r, m in zip(df["run"], marked)])
+    return df.assign(run=[f"{r}{RETRIED}" if (v, r) in retried else r for v, r in zip(df["variant"], df["run"])])
 
 
 def retried_note(retried: set[tuple[str, str]]) -> str:
