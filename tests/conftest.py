@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-if os.environ.get("PYTEST_XDIST_WORKER"):  # `-n auto`: a worker per CPU, one thread each
+if os.environ.get("PYTEST_XDIST_WORKER"):  # a worker per CPU (pyproject.toml's addopts): one thread each
     os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 sys.path.insert(0, str(Path(__file__).parent))  # tests import shared helpers from each other

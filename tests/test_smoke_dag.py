@@ -1,5 +1,6 @@
 """The smoke DAG end to end (config/smoke.yaml: the default target and the Qwen sub-DAG on tiny models, built once
-in a tree of its own) and what reruns in that tree after a config change. These tests are slow (tests/conftest.py).
+in a tree of its own) and what reruns in that tree after a config change. These tests are slow (tests/conftest.py);
+the file is one unit for pytest-xdist (`--dist loadfile`), so one worker builds the tree.
 """
 
 import json
@@ -23,7 +24,6 @@ from test_workflow import (
     INTERP_FIGURES,
     ROOT,
     SEEDS,
-    SNAKEMAKE,
     TEXT_STAGES,
     VARIANTS,
     VISION_STAGES,
@@ -271,12 +271,11 @@ def test_readme_commands_run_as_written_in_the_smoke_tree(smoke_tree):
     for command in commands:
         argv = command.split()
         if argv[0] == "snakemake":
-            argv = [*SNAKEMAKE, *argv[1:], "-n"]
+            proc = snakemake(smoke_tree, *argv[1:], "-n", check=False, cores=None)
         elif argv[0] == "python":
-            argv = [sys.executable, *argv[1:]]
+            proc = subprocess.run([sys.executable, *argv[1:]], cwd=smoke_tree, capture_output=True, text=True)
         else:
             raise AssertionError(f"README command {command!r}: teach this test to run it")
-        proc = subprocess.run(argv, cwd=smoke_tree, capture_output=True, text=True)
         assert proc.returncode == 0, f"{command}\n{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}"
 
 

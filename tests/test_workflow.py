@@ -4,11 +4,13 @@ the smoke DAG's tests share (tests/test_smoke_dag.py builds and reads that tree)
 These run Snakemake as a user would, in a copy of the workflow in a temporary directory.
 """
 
+import multiprocessing
 import os
 import re
 import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -35,9 +37,35 @@ ENCODERS = ("vit_tiny", "cnn_tiny")  # config/smoke.yaml: random weights, and pr
 ENCODER = ENCODERS[0]
 ANALYSES = ["interchange", "knockout", "probes", "layer_relevance"]
 INTERP_FIGURES = ["fig4", "fig9", "fig10", "fig11", "fig12", "fig13", "fig_layer_relevance"]
-def snakemake(workdir, *args, check=True, cores="2"):
-    cores = ["--cores", cores] if cores else []  # None: what the profile says
-    proc = subprocess.run([*SNAKEMAKE, *cores, *args], cwd=workdir, capture_output=True, text=True)
+# Snakemake's command line in a process of its own, forked from a server that imported it once: `python -m snakemake`
+# as a user runs it, without paying its ~1-2 s of imports per call (the suite makes ~40 calls)
+CLI = multiprocessing.get_context("forkserver")
+CLI.set_forkserver_preload(["snakemake.cli"])
+
+
+def _snakemake_cli(argv: list[str], workdir: str, out: str, err: str) -> None:
+    """In the forked process: `snakemake ARGV` in `workdir`, its stdout and stderr into the files `out` and `err`;
+    snakemake's exit status is the process's."""
+    os.chdir(workdir)
+    for fd, path in ((1, out), (2, err)):
+        f = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+        os.dup2(f, fd)
+        os.close(f)
+    sys.argv = ["snakemake", *argv]
+    from snakemake.cli import main
+
+    main(argv)
+
+
+def snakemake(workdir, *args, check=True, cores="2") -> subprocess.CompletedProcess:
+    """`snakemake --cores CORES ARGS` run in `workdir` as a user runs it; its exit status, stdout and stderr."""
+    argv = [*(["--cores", cores] if cores else []), *args]  # cores None: what the profile says
+    with tempfile.TemporaryDirectory() as tmp:
+        out, err = Path(tmp, "stdout"), Path(tmp, "stderr")
+        process = CLI.Process(target=_snakemake_cli, args=(argv, str(workdir), str(out), str(err)))
+        process.start()
+        process.join()
+        proc = subprocess.CompletedProcess([*SNAKEMAKE, *argv], process.exitcode, out.read_text(), err.read_text())
     if check and proc.returncode:
         raise AssertionError(f"snakemake {' '.join(args)} failed:\n{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}")
     return proc
