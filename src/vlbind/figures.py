@@ -72,6 +72,7 @@ def fig3(df: pd.DataFrame, path: str | Path, note: str = "") -> pd.DataFrame:
         _fig3_panel(ax, d)
         ax.set_title(f"Indirect retrieval, {ORDER_TITLES[order]}", fontsize=9)
     axes[0][0].set_ylabel("accuracy (text, query by color)")
+    _legends_above(axes[0])
     return save(fig, path, " ".join(filter(None, [note, FIG3_RUNS_NOTE])))
 
 
@@ -94,27 +95,29 @@ def _fig3_panel(ax, df: pd.DataFrame) -> None:
         ax.plot([], [], color=VARIANT_COLORS.get(v), label=f"{v}: no OOD mean ({_runs_used(summary.loc[v])})")
     ax.plot(n, 1 / n, ls=":", color="0.4", lw=1, label="chance (1 / objects)")
     ax.set_xlabel("number of objects in context")
-    _legend_above(ax)
 
 
-def _legend_above(ax, fontsize: float = 6, ncol: int = 2) -> None:
-    """The legend in a band above accuracy 1, where no data is, so that it never covers a curve; in `ncol`
-    columns, or fewer where that many would be wider than the panel."""
-    entries = len(ax.get_legend_handles_labels()[1])
-    renderer = ax.figure.canvas.get_renderer()
-    for cols in range(ncol, 0, -1):
-        rows = -(-entries // cols)
-        height = ax.get_position().height * ax.figure.get_size_inches()[1] * 0.85  # inches, less what layout takes
-        band = (rows * 1.4 * fontsize + 4) / 72  # inches the legend takes
-        top = 1.03 * height / (height - band)
-        if ax.get_autoscaley_on() or ax.get_ylim()[1] < top:  # shared y axes: the panel with the most rows decides
-            ax.set(ylim=(0, top))
-        legend = ax.legend(fontsize=fontsize, loc="upper center", ncol=cols, frameon=False, borderaxespad=0.2,
-                           columnspacing=0.8)
-        ax.figure.tight_layout()  # the panels' widths as save() will lay them out, near enough
-        if legend.get_window_extent(renderer).width <= 0.95 * ax.get_window_extent(renderer).width:
-            break
-    ax.set_yticks(np.linspace(0, 1, 5))
+def _legends_above(axes, fontsize: float = 6, ncol: int = 2) -> None:
+    """Each panel's legend in a band above accuracy 1, where no data is, so that it never covers a curve; in `ncol`
+    columns, or fewer where that many would be wider than the panel. Called once a figure's panels are drawn: one
+    layout gives every panel's width (a legend inside its panel does not change it)."""
+    fig = axes[0].figure
+    fig.tight_layout()  # the panels' widths as save() will lay them out, near enough
+    renderer = fig.canvas.get_renderer()
+    for ax in axes:
+        entries = len(ax.get_legend_handles_labels()[1])
+        for cols in range(ncol, 0, -1):
+            rows = -(-entries // cols)
+            height = ax.get_position().height * fig.get_size_inches()[1] * 0.85  # inches, less what layout takes
+            band = (rows * 1.4 * fontsize + 4) / 72  # inches the legend takes
+            top = 1.03 * height / (height - band)
+            if ax.get_autoscaley_on() or ax.get_ylim()[1] < top:  # shared y axes: the panel with the most rows decides
+                ax.set(ylim=(0, top))
+            legend = ax.legend(fontsize=fontsize, loc="upper center", ncol=cols, frameon=False, borderaxespad=0.2,
+                               columnspacing=0.8)
+            if legend.get_window_extent(renderer).width <= 0.95 * ax.get_window_extent(renderer).width:
+                break
+        ax.set_yticks(np.linspace(0, 1, 5))
 
 
 def _count(n: int, noun: str) -> str:
@@ -149,9 +152,9 @@ def fig8(df: pd.DataFrame, path: str | Path, note: str = "") -> pd.DataFrame:
             label = f"{run} (OOD {100 * ood_average(r):.1f}%{', ' + marks if marks else ''})"
             ax.plot(r["n_objects"], r["accuracy"], marker="o", ms=2, lw=1, ls="--" if why else "-", label=label)
         ax.set(title=v if len(rows) == 1 else f"{v}, {order}", xlabel="number of objects")
-        _legend_above(ax, fontsize=5.5)
         if j == 0:
             ax.set_ylabel("accuracy")
+    _legends_above(axes.flat, fontsize=5.5)
     fig.suptitle("Accuracy vs context size, every run", fontsize=10)
     return save(fig, path, note)
 
@@ -274,7 +277,7 @@ def fig4(df: pd.DataFrame, path, note: str = "", circuits: pd.DataFrame | None =
         runs = _count(d["run"].nunique(), "run")
         ax.set_title(f"{textwrap.fill(title, int(width * 14))}\npatched at {position}; {runs}, {kept} pairs",
                      fontsize=7)
-    _legend_above(axes[0][0], ncol=3)  # shared y: every panel keeps the band
+    _legends_above([axes[0][0]], ncol=3)  # shared y: every panel keeps the band
     for row in axes:
         row[0].set_ylabel("share of patched answers")
     return save(fig, path, note)
@@ -298,7 +301,7 @@ def fig9(df: pd.DataFrame, path, note: str = "", circuits: pd.DataFrame | None =
         spike = "no spike" if c is None or pd.isna(c.spike_layer) else f"first spike at layer {int(c.spike_layer)}"
         extra = "" if c is None else f"\n{c.circuit}{weak}, {spike}"
         ax.set_title(f"{v} / {run}, patched at {position}{extra}", fontsize=7)
-    _legend_above(axes.flat[0], fontsize=5, ncol=3)  # shared y: every panel keeps the band
+    _legends_above([axes.flat[0]], fontsize=5, ncol=3)  # shared y: every panel keeps the band
     fig.suptitle("Interchange interventions per run", fontsize=9)
     return save(fig, path, note)
 
