@@ -11,7 +11,7 @@ from pathlib import Path
 import yaml
 
 from .schema import schema, schema_defaults
-from .settings import ConfigError  # defined on the bottom floor so every module can raise it
+from .settings import ConfigError, read_yaml  # ConfigError defined on the bottom floor so every module can raise it
 from .stages import CONTROLS, CURRICULUM, STAGE_PARENTS, TEXT_STAGES, VARIANT_STAGE, VISION_STAGES
 
 # Keys that were renamed: dotted old path -> the new key (`*` = any name, the same in both). A config holding an
@@ -214,7 +214,7 @@ def load(paths: list[str | Path]) -> dict:
         if not p.is_file():
             raise ConfigError(f"config file {p} does not exist")
         try:
-            overlay = yaml.safe_load(p.read_text()) or {}
+            overlay = read_yaml(p.read_text()) or {}
         except yaml.YAMLError as e:  # its message gives line and column
             raise ConfigError(f"config file {p} is not valid YAML: {e}") from None
         if not isinstance(overlay, dict):

@@ -7,8 +7,7 @@ from __future__ import annotations
 import functools
 from pathlib import Path
 
-import yaml
-
+from .settings import read_yaml
 from .stages import CONTROLS, CURRICULUM, STAGE_PARENTS, VARIANT_STAGE
 from .vocab import Vocab
 
@@ -21,7 +20,7 @@ def schema() -> dict:
     Shared, so read it, never change it. The names come from vlbind.stages, their one declaration: the variants'
     enum (VARIANT_STAGE) and a section per stage (STAGE_PARENTS; a control_stage for CONTROLS, none for the
     curriculum control's, which copy their image stage's)."""
-    parsed = yaml.safe_load(SCHEMA_PATH.read_text())
+    parsed = read_yaml(SCHEMA_PATH.read_text())
     parsed["definitions"]["variant"]["enum"] = list(VARIANT_STAGE)
     for key in ("n_colors", "n_shapes", "n_items"):  # a stage draws from the first n of the vocabulary's group
         parsed["definitions"]["task"]["properties"][key]["maximum"] = getattr(Vocab, key)
