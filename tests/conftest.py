@@ -11,7 +11,10 @@ sys.path.insert(0, str(Path(__file__).parent))  # tests import shared helpers fr
 
 
 def pytest_collection_modifyitems(items):
-    """A test that needs the smoke DAG built (fixture smoke_tree) is slow: `-m "not slow"` leaves it out."""
+    """A test that needs the smoke DAG built (fixture smoke_tree) is slow: `-m "not slow"` leaves it out. Those tests
+    go first, so that under xdist a worker starts building the tree (the suite's longest path) at once."""
+    smoke = {id(item) for item in items if "smoke_tree" in getattr(item, "fixturenames", ())}
     for item in items:
-        if "smoke_tree" in getattr(item, "fixturenames", ()):
+        if id(item) in smoke:
             item.add_marker(pytest.mark.slow)
+    items.sort(key=lambda item: id(item) not in smoke)  # stable: each group keeps its order
