@@ -40,7 +40,7 @@ INTERP_FIGURES = ["fig4", "fig9", "fig10", "fig11", "fig12", "fig13", "fig_layer
 # Snakemake's command line in a process of its own, forked from a server that imported it once: `python -m snakemake`
 # as a user runs it, without paying its ~1-2 s of imports per call (the suite makes ~40 calls)
 CLI = multiprocessing.get_context("forkserver")
-CLI.set_forkserver_preload(["snakemake.cli"])
+CLI.set_forkserver_preload(["snakemake.cli", __name__])  # this module too: the child runs its _snakemake_cli
 
 
 def _snakemake_cli(argv: list[str], workdir: str, out: str, err: str) -> None:
