@@ -2,9 +2,11 @@
 quotes the DAG's numbers and nothing else:
 
     python docs/results/mini/export.py && python docs/results/mini/page_tables.py
+    python docs/results/mini/page_tables.py --dir docs/results/mini-693ee8b training   # a run in progress
 
 Per seed throughout; accuracies in %, shares of interchange pairs as fractions.
 """
+import argparse
 from pathlib import Path
 
 import pandas as pd
@@ -68,13 +70,24 @@ def mechanisms() -> None:
 def training() -> None:
     df = pd.read_csv(HERE / "training.csv")
     df["seed"] = df.run.str.extract(r"seed(\d+)")[0].astype(int)
-    print("| stage | " + " | ".join(f"seed {s}" for s in sorted(df.seed.unique())) + " |")
-    print("|---|" + "---|" * df.seed.nunique())
+    all_seeds = sorted(df.seed.unique())
+    print("| stage | " + " | ".join(f"seed {s}" for s in all_seeds) + " |")
+    print("|---|" + "---|" * len(all_seeds))
     for stage in [s for s in STAGE_PARENTS if s in set(df.stage)]:
         cells = []
-        for r in df[df.stage == stage].sort_values("seed").itertuples():
-            why = {"target_accuracy": "target", "max_steps": "cap"}.get(r.stopped_because, r.stopped_because)
+        for seed in all_seeds:  # a run in progress: a seed may not have trained the stage yet
+            trained = df[(df.stage == stage) & (df.seed == seed)]
+            if trained.empty:
+                cells.append("—")
+                continue
+            r = next(trained.itertuples())
+            why = {"target_accuracy": "target", "max_steps": "cap", "stalled": "stall rule"}.get(r.stopped_because,
+                                                                                                 r.stopped_because)
             cell = f"{r.steps + (r.ramp_steps or 0):,} ({why}), {r.best_val_accuracy:.3f}, {r.wall_minutes:.1f} min"
+            if r.attempts > 1:  # the retry rule (vlbind.attempts): the stage's own attempts, then its ramp lengths'
+                cell += f", {r.attempts} attempts"
+            if r.ramp_retries:
+                cell += f", {r.ramp_retries} ramp retries"
             if isinstance(r.ramp, str) and r.ramp:  # "n:steps:best ..." per length before the stage's own
                 cell += "; ramp " + " / ".join(f"{int(x.split(':')[1]):,}" for x in r.ramp.split()) + f" / {r.steps:,}"
             cells.append(cell)
@@ -129,6 +142,15 @@ def cost() -> None:
     print()
 
 
-for part in (claims, accuracy, mechanisms, training, cost):
-    print(f"\n### {part.__name__}\n")
-    part()
+PARTS = {f.__name__: f for f in (claims, accuracy, mechanisms, training, cost)}
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--dir", type=Path, default=HERE, help="the exported CSVs (default: this folder)")
+    parser.add_argument("parts", nargs="*", help=f"tables to print, of {', '.join(PARTS)} (default: all)")
+    args = parser.parse_args()
+    if unknown := set(args.parts) - set(PARTS):
+        parser.error(f"no table {', '.join(sorted(unknown))}; the tables: {', '.join(PARTS)}")
+    HERE = args.dir
+    for name in args.parts or PARTS:
+        print(f"\n### {name}\n")
+        PARTS[name]()
