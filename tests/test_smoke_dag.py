@@ -1,17 +1,15 @@
 """The smoke DAG end to end (config/smoke.yaml: the default target and the Qwen sub-DAG on tiny models, built once
-in a tree of its own) and what reruns in that tree after a config change. These tests are slow (tests/conftest.py);
-the file is one unit for pytest-xdist (`--dist loadfile`), so one worker builds the tree.
+in a tree of its own: tests/conftest.py's smoke_tree) and what reruns in that tree after a config change. These tests
+are slow (tests/conftest.py); they run first, so that one worker starts building the tree at once, and the tests that
+change a file of the tree and restore it are here, in one file, so that no other test reads the tree meanwhile.
 """
 
 import json
 import os
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pandas as pd
-import pytest
 import yaml
 from test_workflow import (
     ANALYSED,
@@ -27,7 +25,6 @@ from test_workflow import (
     TEXT_STAGES,
     VARIANTS,
     VISION_STAGES,
-    copy_workflow,
     scheduled,
     snakemake,
 )
@@ -64,15 +61,6 @@ def downstream_of_models(variants, encoder=None) -> set[tuple[str, str]]:
     jobs |= {("analyze", f"variant={v}, run={r}") for v in variants if v in ANALYSED for r in runs[v]}
     return jobs | {("accuracy_figures", ""), ("ood_table", ""), ("training_table", ""), ("all", ""), ("circuits", ""),
                    ("claims", ""), ("interp_figures", "")}
-
-
-@pytest.fixture(scope="module")
-def smoke_tree(tmp_path_factory):
-    work = copy_workflow(tmp_path_factory.mktemp("smoke"))
-    # the default target (every figure and table) and the Qwen sub-DAG on tiny models, in one scheduler
-    proc = snakemake(work, "all", "qwen_all", "--configfile", "config/smoke.yaml")
-    (work / "snakemake.out").write_text(proc.stdout + proc.stderr)
-    return work
 
 
 def test_smoke_dag_draws_fig3_fig7_and_fig8_with_every_variant(smoke_tree):
@@ -251,34 +239,6 @@ def test_report_holds_every_figure_and_table_with_a_caption(smoke_tree):
         assert category in html
 
 
-def readme_blocks(lang: str) -> list[str]:
-    return re.findall(rf"```{lang}\n(.*?)```", (ROOT / "README.md").read_text(), flags=re.S)
-
-
-def test_readme_python_blocks_run_as_written_in_the_smoke_tree(smoke_tree, tmp_path):
-    assert len(readme_blocks("python")) >= 2
-    for block in readme_blocks("python"):
-        proc = subprocess.run([sys.executable, "-c", block], cwd=smoke_tree, capture_output=True, text=True)
-        assert proc.returncode == 0, f"{block}\n{proc.stderr[-3000:]}"
-
-
-def test_readme_commands_run_as_written_in_the_smoke_tree(smoke_tree):
-    """Every command of README's bash blocks: python ones as written, snakemake ones as dry runs (-n; the
-    paper's DAG takes GPU-days). ./run.sh lines are the install and this suite, so they are not run here."""
-    lines = [line.split("  #")[0].strip() for block in readme_blocks("bash") for line in block.splitlines()]
-    commands = [line for line in lines if line and not line.startswith("./run.sh")]
-    assert any(c.startswith("snakemake") for c in commands) and any(c.startswith("python") for c in commands)
-    for command in commands:
-        argv = command.split()
-        if argv[0] == "snakemake":
-            proc = snakemake(smoke_tree, *argv[1:], "-n", check=False, cores=None)
-        elif argv[0] == "python":
-            proc = subprocess.run([sys.executable, *argv[1:]], cwd=smoke_tree, capture_output=True, text=True)
-        else:
-            raise AssertionError(f"README command {command!r}: teach this test to run it")
-        assert proc.returncode == 0, f"{command}\n{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}"
-
-
 def test_a_changed_image_stage_setting_reruns_its_curriculum_copy_too(smoke_tree, tmp_path):
     jobs = dry_run_with(smoke_tree, tmp_path, "stages:\n  image_text:\n    train: {lr: 0.002}\n")
     expected = {("train_text", f"seed={s}, stage={st}") for st in CURRICULUM_STAGES[2:] for s in seeds_of(st)}
@@ -301,25 +261,3 @@ def test_the_smoke_dag_writes_the_claims_table(smoke_tree):
               "curriculum_learns_shuffled"}
     assert wanted <= set(claims["claim"])
     assert set(claims["verdict"]) <= {"holds", "fails", "mixed", "untested"} and claims["rule"].str.len().min() > 20
-
-
-def test_an_experiment_in_a_directory_of_its_own_trains_below_the_parents_it_copies_from_another_tree(smoke_tree,
-                                                                                                      tmp_path):
-    """`--directory` and `reuse`: text_s4 at another lr from the smoke tree's text_s3 weights, the smoke tree
-    untouched, and the many-seed table of the experiment."""
-    exp, overlay = tmp_path / "exp", tmp_path / "exp.yaml"
-    overlay.write_text(f"reuse: {{tree: {smoke_tree / 'results'}, stages: [text_s1, text_s2, text_s3]}}\n"
-                       "stages: {text_s4: {train: {lr: 0.002}}}\n")
-    before = {p: p.stat().st_mtime_ns for p in (smoke_tree / "results/models").rglob("*") if p.is_file()}
-    out = snakemake(smoke_tree, "-d", str(exp), "results/tables/seeds/text_s4.csv", "--configfile", "config/smoke.yaml",
-                    str(overlay)).stdout
-    assert {p: p.stat().st_mtime_ns for p in before} == before
-    for seed in SEEDS:
-        copied, theirs = (d / f"results/models/seed{seed}/text_s3/model.safetensors" for d in (exp, smoke_tree))
-        assert copied.read_bytes() == theirs.read_bytes()
-        meta = json.loads((exp / f"results/models/seed{seed}/text_s4/meta.json").read_text())
-        assert meta["train_config"]["lr"] == 0.002
-    assert not (exp / "results/models/seed0/text_s2/train.log").exists(), out  # copied, never trained here
-    table = pd.read_csv(exp / "results/tables/seeds/text_s4.csv")
-    assert list(table["unit"][:3]) == ["text_s1", "text_s2", "text_s3"] and set(table["runs"]) == {len(SEEDS)}
-    assert table["unit"].iloc[-1] == "text_s4" and (exp / "results/figures/seeds/text_s4.pdf").stat().st_size > 0
