@@ -1,5 +1,6 @@
 """The Snakemake DAG: dry runs of the paper config and the SLURM profile, config validation, lint, and the helpers
-the smoke DAG's tests share (tests/test_smoke_dag.py builds and reads that tree).
+the smoke DAG's tests share (conftest.py's `smoke_tree` fixture builds that tree; tests/test_smoke_dag.py and
+tests/test_smoke_tree_use.py read it).
 
 These run Snakemake as a user would, in a copy of the workflow in a temporary directory.
 """
