@@ -94,6 +94,22 @@ def training() -> None:
         print(f"| {stage} | " + " | ".join(cells) + " |")
 
 
+def capped() -> None:
+    """The stages that stopped below their target (at their step cap or by the stall rule, after every attempt): the
+    steps each burnt, a cost to lower. The binding-loss controls train a fixed number of steps by design: not listed."""
+    df = pd.read_csv(HERE / "training.csv")
+    short = df[(df.stopped_because != "target_accuracy") & ~df.stage.isin(CONTROLS)]
+    print("| run | stage | steps burnt (attempts, ramp included) | best validation accuracy (chance) | kept attempt stopped by "
+          "| wall minutes |")
+    print("|---|---|---|---|---|---|")
+    for r in short.itertuples():
+        print(f"| {r.run} | {r.stage} | {r.steps + (r.ramp_steps or 0):,} ({r.attempts} attempt"
+              f"{'s' if r.attempts > 1 else ''}) | {r.best_val_accuracy:.3f} ({r.val_chance:.2f}) "
+              f"| {r.stopped_because} | {r.wall_minutes:.1f} |")
+    print(f"\n{len(short)} stages, {int((short.steps + short.ramp_steps.fillna(0)).sum()):,} steps, "
+          f"{short.wall_minutes.sum():.0f} wall minutes")
+
+
 def part_of(job: str) -> str:
     """The part of the run a job (job_wall_times.csv's name, e.g. train/seed0-render_cnn/image) belongs to."""
     kind, *_, last = job.split("/")
@@ -147,7 +163,7 @@ def cost() -> None:
     print()
 
 
-PARTS = {f.__name__: f for f in (claims, accuracy, mechanisms, training, cost)}
+PARTS = {f.__name__: f for f in (claims, accuracy, mechanisms, training, capped, cost)}
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--dir", type=Path, default=HERE, help="the exported CSVs (default: this folder)")
