@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from vlbind.claims import PAPER_OOD
 from vlbind.config import run_name
 from vlbind.stages import CONTROLS, CURRICULUM, STAGE_PARENTS, VISION_STAGES, lineage
 
@@ -37,19 +38,25 @@ def claims() -> None:
 
 
 def accuracy() -> None:
+    """Per seed in and out of distribution, the mean over the runs the DAG used, chance (the mean over the OOD
+    lengths of 1/n) and the paper's mean OOD (fig3; the paper evaluates shuffled lists)."""
     ev = pd.read_csv(HERE / "eval_by_length.csv")
     ood = pd.read_csv(HERE / "ood_accuracy.csv")
     print("| variant | order | in distribution (2..8), % per seed | OOD (9..32), % per seed "
-          "| OOD mean ± SE (runs used) | left out |")
-    print("|---|---|---|---|---|---|")
+          "| OOD mean ± SE (runs used) | left out | OOD chance, % | paper's OOD, % |")
+    print("|---|---|---|---|---|---|---|---|")
     for o in ood.itertuples():
         d = ev[(ev.order == o.order) & (ev.variant == o.variant)]
         per = d.groupby("seed")
         inside = per.apply(lambda g: g.loc[g.in_distribution, "accuracy"].mean())
         out = per.apply(lambda g: g.loc[~g.in_distribution, "accuracy"].mean())
+        chance = (1 / d.loc[~d.in_distribution, "n_objects"].drop_duplicates()).mean()
         left = int(o.diverged_runs) + int(o.unconverged_runs)
+        paper = PAPER_OOD.get(o.variant)
+        paper = "—" if paper is None else pct(paper[0]) + (f" ± {pct(paper[1])}" if paper[1] else "")
         print(f"| {o.variant} | {o.order} | {seeds(pct(x) for x in inside)} | {seeds(pct(x) for x in out)} | "
-              f"{pct(o.ood_mean)} ± {pct(o.ood_se)} ({int(o.runs)}) | {left} |")
+              f"{pct(o.ood_mean)} ± {pct(o.ood_se)} ({int(o.runs)}) | {left} | {pct(chance)} | "
+              f"{paper if o.order == 'shuffled' else '—'} |")
 
 
 def mechanisms() -> None:
