@@ -141,12 +141,12 @@ def chain(took: pd.Series, seed: str, last: str, encoder: str | None = None) -> 
 def cost() -> None:
     """Job-minutes per part and seed, and each seed's training chain: text_s1 to grounding, then the longest of each
     encoder's image arm and the curriculum control (what a seed waits with a core per job). A training job's minutes
-    are training.csv's `wall_minutes` (every attempt, ramp length and resumed stretch), not its benchmark file, which
-    keeps only the job's last stretch."""
+    are its benchmark's or, where larger, training.csv's `wall_minutes` (every attempt, ramp length and resumed
+    stretch): a resumed job's benchmark file keeps only its last stretch, and `wall_minutes` leaves out start-up."""
     df = pd.read_csv(HERE / "job_wall_times.csv")
     trained = pd.read_csv(HERE / "training.csv")
     wall = pd.Series(trained.wall_minutes.to_numpy() * 60, index="train/" + trained.run + "/" + trained.stage)
-    df["seconds"] = df.job.map(wall).fillna(df.seconds)
+    df["seconds"] = df.job.map(wall).fillna(0).clip(lower=df.seconds)
     df["part"] = df.job.map(part_of)
     df["seed"] = df.job.str.extract(r"seed(\d+)")[0]
     minutes = df.groupby(["part", "seed"], dropna=False).seconds.sum().unstack("seed") / 60
