@@ -87,18 +87,25 @@ def training() -> None:
             if trained.empty:
                 cells.append("—")
                 continue
-            r = next(trained.itertuples())
-            why = {"target_accuracy": "target", "max_steps": "cap", "stalled": "stall rule"}.get(r.stopped_because,
-                                                                                                 r.stopped_because)
-            cell = f"{r.steps + (r.ramp_steps or 0):,} ({why}), {r.best_val_accuracy:.3f}, {r.wall_minutes:.1f} min"
-            if r.attempts > 1:  # the retry rule (vlbind.attempts): the stage's own attempts, then its ramp lengths'
-                cell += f", {r.attempts} attempts"
-            if r.ramp_retries:
-                cell += f", {r.ramp_retries} ramp retries"
-            if isinstance(r.ramp, str) and r.ramp:  # "n:steps:best ..." per length before the stage's own
-                cell += "; ramp " + " / ".join(f"{int(x.split(':')[1]):,}" for x in r.ramp.split()) + f" / {r.steps:,}"
-            cells.append(cell)
+            runs = list(trained.itertuples())  # an image stage: one run per encoder, each named
+            cells.append("; ".join((f"{r.run.split('-', 1)[1]}: " if len(runs) > 1 else "") + stage_cell(r)
+                                   for r in runs))
         print(f"| {stage} | " + " | ".join(cells) + " |")
+
+
+def stage_cell(r) -> str:
+    """A stage's training of one run (a training.csv row): steps and why it stopped, best validation, wall minutes,
+    attempts and ramp retries, and its ramp lengths' steps."""
+    why = {"target_accuracy": "target", "max_steps": "cap", "stalled": "stall rule"}.get(r.stopped_because,
+                                                                                         r.stopped_because)
+    cell = f"{r.steps + (r.ramp_steps or 0):,} ({why}), {r.best_val_accuracy:.3f}, {r.wall_minutes:.1f} min"
+    if r.attempts > 1:  # the retry rule (vlbind.attempts): the stage's own attempts, then its ramp lengths'
+        cell += f", {r.attempts} attempts"
+    if r.ramp_retries:
+        cell += f", {r.ramp_retries} ramp retries"
+    if isinstance(r.ramp, str) and r.ramp:  # "n:steps:best ..." per length before the stage's own
+        cell += "; ramp " + " / ".join(f"{int(x.split(':')[1]):,}" for x in r.ramp.split()) + f" / {r.steps:,}"
+    return cell
 
 
 def capped() -> None:
