@@ -113,8 +113,8 @@ def capped() -> None:
     steps each burnt, a cost to lower. The binding-loss controls train a fixed number of steps by design: not listed."""
     df = pd.read_csv(HERE / "training.csv")
     short = df[(df.stopped_because != "target_accuracy") & ~df.stage.isin(CONTROLS)]
-    print("| run | stage | steps burnt (attempts, ramp included) | best validation accuracy (chance) | kept attempt stopped by "
-          "| wall minutes |")
+    print("| run | stage | steps burnt (attempts, ramp included) | best validation accuracy (chance) "
+          "| kept attempt stopped by | wall minutes |")
     print("|---|---|---|---|---|---|")
     for r in short.itertuples():
         print(f"| {r.run} | {r.stage} | {r.steps + (r.ramp_steps or 0):,} ({r.attempts} attempt"

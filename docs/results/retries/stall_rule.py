@@ -106,7 +106,8 @@ def paper() -> None:
     print("the step each window ends each paper-size curve at (- : never), bar 0.95, gain 0.01:")
     print(pd.DataFrame(rows).to_string(index=False))
     queried = df[df["setting"].str.startswith("every object")]  # config.yaml's setting; one query never passed
-    pools = {s: [g for _, g in queried[queried["stage"] == s].groupby("curve")] for s in sorted(queried["stage"].unique())}
+    pools = {s: [g for _, g in queried[queried["stage"] == s].groupby("curve")]
+             for s in sorted(queried["stage"].unique())}
     print("\nexpected steps to pass per stage (every object queried; indicative only at this count), by window:")
     print(expected(pools, lambda unit: 0.95, windows).to_string(index=False, float_format=lambda x: f"{x:.0f}"))
 
