@@ -34,7 +34,8 @@ def test_readmes_results_table_quotes_the_committed_tables_of_its_run():
     for variant, _, ood_cell, mechanism_cell in rows:
         variant = variant.split(" ")[0]
         quoted = [float(x) for x in re.findall(r"\d+\.\d", ood_cell)[:3]]
-        assert quoted == [round(100 * a, 1) for a in ood[variant].sort_index()], variant
+        # to one decimal; a mean at a .x5 boundary (24.25 = 97/4) may print either way
+        assert quoted == pytest.approx([100 * a for a in ood[variant].sort_index()], abs=0.05 + 1e-9), variant
         counts = {label: int(n) for label, n in re.findall(LABELS + r",? (\d)", mechanism_cell)}
         assert counts == Counter(circuits.loc[circuits["variant"] == variant, "circuit"]), variant
 

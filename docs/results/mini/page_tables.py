@@ -2,7 +2,7 @@
 quotes the DAG's numbers and nothing else:
 
     python docs/results/mini/export.py && python docs/results/mini/page_tables.py
-    python docs/results/mini/page_tables.py --dir docs/results/mini-693ee8b training   # a run in progress
+    python docs/results/mini/page_tables.py --dir DIR training   # another export (a run in progress: training only)
 
 Per seed throughout; accuracies in %, shares of interchange pairs as fractions.
 """
