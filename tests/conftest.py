@@ -10,19 +10,15 @@ if os.environ.get("PYTEST_XDIST_WORKER"):  # a worker per CPU (pyproject.toml's 
 
 sys.path.insert(0, str(Path(__file__).parent))  # tests import shared helpers from each other
 
-# the files whose tests need the smoke tree: its own tests (first), and those that only read it (last)
-SMOKE_FILES = {"test_smoke_dag.py": 0, "test_smoke_tree_use.py": 2}
-
 
 def pytest_collection_modifyitems(items):
-    """A test that needs the smoke DAG built (fixture smoke_tree) is slow: `-m "not slow"` leaves it out. The smoke
-    tree's own tests go first, so that under xdist (`--dist loadfile`: a file to a worker) one worker starts building
-    the tree, the suite's longest path, at once; the tests that only read it go last, so that another worker takes
-    them once the rest is done, and waits for the tree only if it is not built yet."""
+    """A test that needs the smoke DAG built (fixture smoke_tree) is slow: `-m "not slow"` leaves it out. Under xdist
+    a file goes to one worker, the biggest files first (pytest-xdist's loadscope reorder), so the DAG starts a little
+    after the others; starting it first did not shorten the suite, which is CPU-bound (docs/results/benchmarks-suite.md,
+    "Where the tree's build starts")."""
     for item in items:
         if "smoke_tree" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.slow)
-    items.sort(key=lambda item: SMOKE_FILES.get(item.path.name, 1))  # stable: each group keeps its order
 
 
 def build_smoke_tree(work: Path) -> Path:
