@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from vlbind.claims import PAPER_OOD
+from vlbind.claims import PAPER_OOD, per_run
 from vlbind.config import run_name
 from vlbind.stages import CONTROLS, CURRICULUM, STAGE_PARENTS, VISION_STAGES, lineage
 
@@ -38,19 +38,18 @@ def claims() -> None:
 
 
 def accuracy() -> None:
-    """Per seed in and out of distribution, the mean over the runs the DAG used, chance (the mean over the OOD
-    lengths of 1/n) and the paper's mean OOD (fig3; the paper evaluates shuffled lists)."""
+    """Per run (one a seed at mini) in and out of distribution and chance (the mean over the OOD lengths of 1/n), as
+    claims.per_run reads them for claims.csv; the mean over the runs the DAG used and the paper's mean OOD (fig3; the
+    paper evaluates shuffled lists)."""
     ev = pd.read_csv(HERE / "eval_by_length.csv")
     ood = pd.read_csv(HERE / "ood_accuracy.csv")
     print("| variant | order | in distribution (2..8), % per seed | OOD (9..32), % per seed "
           "| OOD mean ± SE (runs used) | left out | OOD chance, % | paper's OOD, % |")
     print("|---|---|---|---|---|---|---|---|")
+    runs = {order: per_run(ev, order) for order in ev.order.unique()}  # what claims.csv reads, per run
     for o in ood.itertuples():
-        d = ev[(ev.order == o.order) & (ev.variant == o.variant)]
-        per = d.groupby("seed")
-        inside = per.apply(lambda g: g.loc[g.in_distribution, "accuracy"].mean())
-        out = per.apply(lambda g: g.loc[~g.in_distribution, "accuracy"].mean())
-        chance = (1 / d.loc[~d.in_distribution, "n_objects"].drop_duplicates()).mean()
+        r = runs[o.order][runs[o.order].variant == o.variant].sort_values("seed")
+        inside, out, chance = r.in_distribution, r.ood, r.ood_chance.mean()
         left = int(o.diverged_runs) + int(o.unconverged_runs)
         paper = PAPER_OOD.get(o.variant)
         paper = "—" if paper is None else pct(paper[0]) + (f" ± {pct(paper[1])}" if paper[1] else "")
