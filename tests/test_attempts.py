@@ -19,7 +19,7 @@ from vlbind.schema import schema_defaults
 from vlbind.settings import NON_FINITE
 from vlbind.tables import training_summary
 from vlbind.tasks import StageSpec
-from vlbind.train import STALLED, TrainConfig, _Progress, train_attempt
+from vlbind.train import TrainConfig, _Progress, train_attempt
 
 TINY = ModelConfig(n_layers=2, d_model=32, d_ff=64, n_heads=2, vocab_size=480)
 SPEC = StageSpec(8, 8, 8, 2, 3, shuffle=True)
@@ -99,7 +99,7 @@ def test_a_kill_in_attempt_2_resumes_to_the_same_weights_without_training_attemp
     cfg = replace(CFG, target_accuracy=1.0, stall_steps=3, stall_gain=1.0)  # each attempt stalls at step 6
     ref = fresh()
     done = train_unit(ref, SPEC, replace(cfg, max_steps=15), tmp_path / "ref", stage="text_s2")
-    assert [a["steps"] for a in done["attempts"]] == [6, 6, 3]  # the last attempt runs to what the cap left
+    assert [a["steps"] for a in done["attempts"]] == [6, 6, 15]  # stalled attempts give their steps back
 
     calls = []
 
@@ -113,18 +113,20 @@ def test_a_kill_in_attempt_2_resumes_to_the_same_weights_without_training_attemp
     calls.clear()
     rerun = fresh()
     meta = train_unit(rerun, SPEC, replace(cfg, max_steps=15), tmp_path / "run", stage="text_s2", callback=calls.append)
-    assert calls == [4, 5, 6, 1, 2, 3]  # attempt 2 from its step-3 state, then attempt 3
+    assert calls == [4, 5, 6, *range(1, 16)]  # attempt 2 from its step-3 state, then attempt 3
     assert same(rerun, ref) and meta["attempts"] == done["attempts"]
 
 
-def test_attempts_share_the_cap_and_the_best_is_kept_when_none_passes(tmp_path):
-    cfg = replace(CFG, target_accuracy=1.0, stall_steps=3, stall_gain=1.0, max_steps=12)
+def test_attempts_that_end_unstalled_share_the_cap_and_the_best_is_kept_when_none_passes(tmp_path):
+    cfg = replace(CFG, target_accuracy=1.0, stall_steps=None, max_steps=12, patience=1)
     meta = train_unit(fresh(), SPEC, cfg, tmp_path, stage="text_s2")
-    assert [(a["steps"], a["stopped_because"]) for a in meta["attempts"]] == [(6, STALLED), (6, STALLED)]
-    assert meta["steps"] == 12  # the cap, retries included; attempt 3 had no step left
+    # the plateau rule (no gain in 3 steps) ends attempt 1, which does not stall: its steps stay counted
+    assert [(a["steps"], a["stopped_because"]) for a in meta["attempts"]] == [(6, "plateau"), (6, "max_steps")]
+    assert meta["steps"] == 12  # the cap; attempt 3 had no step left
     accs = [a["best_val_accuracy"] for a in meta["attempts"]]
     assert meta["attempt"] == 1 + int(np.argmax(accs)) and meta["best_val_accuracy"] == max(accs)
-    last = train_unit(fresh(), SPEC, replace(cfg, attempts=1), tmp_path / "one", stage="text_s2")
+    stalling = replace(cfg, stall_steps=3, stall_gain=1.0, patience=100)
+    last = train_unit(fresh(), SPEC, replace(stalling, attempts=1), tmp_path / "one", stage="text_s2")
     assert last["stopped_because"] == "max_steps"  # no retry left: the stall rule never ends the last attempt
 
 

@@ -31,12 +31,14 @@ PAPER = vlconfig.load([ROOT / "config/config.yaml"])
 # A per-device mapping -> the entry of the device a job runs on (TrainConfig.from_section).
 RESOLVED = {(TrainConfig, "precision"), (TrainConfig, "sub_batch_tokens")}
 # ModelConfig's projector fields are config.yaml's `projector` section
-ELSEWHERE = {(ModelConfig, "projector_mult"): "projector.mult", (ModelConfig, "projector_scale"): "projector.scale"}
+ELSEWHERE = {(ModelConfig, "projector_mult"): "projector.mult", (ModelConfig, "projector_scale"): "projector.scale",
+             (TrainConfig, "stall_margin"): "divergence.stall_margin"}
 # The one default in code of a key configs may leave out, and why (tasks.StageSpec): a schema default would drop the
 # `image_fraction: 0.0` the image arm's stages write from their params and rerun them in every finished tree
 IN_CODE = {(StageSpec, "image_fraction")}
 # dataclasses that hold no config section: data, results, the vocabulary (the one home of its sizes)
-NOT_SETTINGS = {"Vocab", "Batch", "ImageBank", "_Progress", "Pairs", "BoxesPair", "ProbePrompt", "RetrievalPrompt"}
+NOT_SETTINGS = {"Vocab", "Batch", "ImageBank", "_Progress", "Validation", "Pairs", "BoxesPair", "ProbePrompt",
+                "RetrievalPrompt"}
 
 
 def plain(value):

@@ -5,18 +5,23 @@ more at a time, each length starting from the last one's weights). The retry rul
 unit that ends with its best validation below the unit's pass bar (`target_accuracy`, else `pass_accuracy`; a unit
 with neither cannot fail) starts again from the weights the unit started from, with a fresh data stream (the attempt
 index enters the data RNG and the resume key), a fresh AdamW and the last attempt's lr times `retry_lr_factor`, up
-to `attempts` attempts. An attempt with a retry left also ends on the stall rule (`stall_steps` steps without a
-validation gain of `stall_gain`: train._Progress); the last attempt runs to the stop rule as a stage without
-retries does.
+to `attempts` attempts. An attempt with a retry left also ends on the stall rule (train._Progress): `stall_steps`
+steps without a validation gain of `stall_gain`, or with every validation within `stall_margin` of chance since its
+start phase (divergence.stall_margin; in a stage whose validation mixes kinds of prompt, on its retrieval prompts:
+train.Validation); the last attempt runs to the stop rule as a stage without retries does.
 
-Worst case: the attempts share the unit's cap (`max_steps`), and a ramp's lengths share the stage's, so a stage
-never trains more steps than its cap, retries or not. The unit keeps the first attempt that passes, else the one
-with the best validation (the run is then marked as without the rule: outcomes.divergence, the convergence bar).
+Steps: the unit's cap (`max_steps`) counts the steps of every attempt that did not stall; an attempt the stall rule
+ends gives its steps back, so the retry it makes room for has the steps it did not use (a stall is judged before the
+cap is reached: config.validate checks that the window fits). A ramp's lengths share the stage's cap, every step
+counted. Worst case: a unit trains at most `attempts` x its cap (two attempts stall just before the cap, the third
+runs to it), a ramp's stage the same (once a length has spent the stage's cap, the lengths after it have none).
+The unit keeps the first attempt that passes, else the one with the best validation (the run is then marked as
+without the rule: outcomes.divergence, the convergence bar).
 
 Files: with the rule on, each attempt is a stage directory of its own, `{unit}/attempts/a{k}` (model, meta.json,
 metrics.parquet with an `attempt` column, its resume state while it trains); the unit's directory holds the kept
 attempt's weights, the attempts' curves one after another (the `attempt` column tells them apart) and a meta.json
-whose `steps` count every attempt (what the cap counts), `attempt` names the kept one and `attempts` lists each
+whose `steps` count every attempt (what a ramp's cap counts), `attempt` names the kept one and `attempts` lists each
 (steps, why it stopped, best validation). A first attempt trains exactly as a stage without the rule: same data,
 same weights. A kill resumes in the middle of any attempt; attempts and lengths made with other settings or starting
 weights are discarded (their `key.json`).
@@ -42,7 +47,7 @@ from .outcomes import attempt_count
 from .resume import settings_key
 from .settings import NON_FINITE
 from .tasks import StageSpec
-from .train import TrainConfig, train_attempt
+from .train import STALLED, TrainConfig, train_attempt
 
 log = logging.getLogger(__name__)
 RAMP_DIR = "ramp"  # a ramped stage's shorter lengths, each a unit directory of its own, n{max_objects}
@@ -115,7 +120,7 @@ def train_unit(model, spec: StageSpec, cfg: TrainConfig, out_dir: Path, *, stage
             meta = read_json(sub / META_FILE, "attempt meta.json")
             log.info("%s: attempt %d already trained (%s), kept", stage, k, sub)
         else:
-            left = cfg.max_steps - sum(m["steps"] for m in metas)
+            left = cfg.max_steps - sum(m["steps"] for m in metas if m["stopped_because"] != STALLED)
             if left <= 0:
                 break
             if k > 1:
@@ -163,25 +168,32 @@ def _keyed_dir(path: Path, key: str, stage: str) -> Path:
 
 # Replaying the stall rule on recorded validation curves (its calibration: docs/results/retries.md)
 
-def stall_end(steps: np.ndarray, acc: np.ndarray, bar: float, stall_steps: float, gain: float) -> int | None:
+def stall_end(steps: np.ndarray, acc: np.ndarray, bar: float, stall_steps: float, gain: float,
+              chance: float | None = None, margin: float | None = None, start: int = 0) -> int | None:
     """The step at which the stall rule (train._Progress.validate) ends an attempt whose validations are `acc` at
-    `steps`, or None where the curve reaches `bar` first or ends before the rule fires. stall_steps inf: never."""
-    ref, ref_step = -1.0, 0
+    `steps`, or None where the curve reaches `bar` first or ends before the rule fires. stall_steps inf: never. With
+    `chance` and `margin`, its second clause too: every validation within `margin` of `chance` for stall_steps steps
+    since the last one of the start phase (its first `start` steps), or the first."""
+    ref, ref_step, above_step = -1.0, 0, -1
     for s, a in zip(steps, acc):
         if a >= bar:
             return None
         if a >= ref + gain or ref < 0:
             ref, ref_step = a, s
-        if s - ref_step >= stall_steps:
+        if margin is None or chance is None or a > chance + margin or s <= start or above_step < 0:
+            above_step = s
+        if s - ref_step >= stall_steps or s - above_step >= stall_steps:
             return int(s)
     return None
 
 
-def replay(curve: pd.DataFrame, bar: float, stall_steps: float, gain: float, cap: int | None) -> tuple[int, bool]:
-    """(steps, passed) of one recorded attempt (`step`, `val_accuracy`) under the stall rule: it passes at the first
-    validation at `bar`, ends where the rule fires, or fails at its last recorded step (or at `cap` when given)."""
+def replay(curve: pd.DataFrame, bar: float, stall_steps: float, gain: float, cap: int | None,
+           chance: float | None = None, margin: float | None = None) -> tuple[int, bool]:
+    """(steps, passed) of one recorded attempt (`step`, `val_accuracy`) under the stall rule (stall_end, the second
+    clause with `chance` and `margin`): it passes at the first validation at `bar`, ends where the rule fires, or
+    fails at its last recorded step (or at `cap` when given)."""
     steps, acc = curve["step"].to_numpy(), curve["val_accuracy"].to_numpy()
-    end = stall_end(steps, acc, bar, stall_steps, gain)
+    end = stall_end(steps, acc, bar, stall_steps, gain, chance, margin)
     if end is not None:
         return end, False
     hit = np.flatnonzero(acc >= bar)

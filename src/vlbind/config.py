@@ -84,7 +84,30 @@ def validate(config: dict) -> dict:
     _check_ranges(config)
     _check_encoders(config)
     _check_reuse(config)
+    _check_stall_windows(config)
     return config
+
+
+def _check_stall_windows(config: dict) -> None:
+    """A stage with retries must let the stall rule fire before its cap, else a stalled attempt runs to the cap and
+    leaves its retry nothing (vlbind.attempts): the window opens at the first validation, or the start phase's last,
+    and fires `stall_steps` later."""
+    defaults = schema_defaults("train")
+    for stage in STAGE_PARENTS:
+        train = {**defaults, **stage_train(config, stage)}
+        bar = train["target_accuracy"] if train["target_accuracy"] is not None else train["pass_accuracy"]
+        if train["attempts"] == 1 or bar is None or train["stall_steps"] is None or train["max_steps"] == 0:
+            continue
+        start, every = (stage_section(config, stage).get("start") or {}).get("steps", 0), train["eval_every"]
+        fires = max(every, start - start % every) + train["stall_steps"]
+        if fires >= train["max_steps"]:
+            key = f"stages.{CURRICULUM.get(stage, stage)}.train.max_steps"
+            opens = fires - train["stall_steps"]
+            raise _error(key, f"{train['max_steps']} leaves no room for the stall rule of stage {stage}: its window "
+                         f"of train.stall_steps={train['stall_steps']} steps opens at step {opens} (the first "
+                         f"validation{' after the start phase' if start else ''}) and ends at {fires}, so "
+                         f"no attempt would stall and a retry would get no steps; valid: max_steps above {fires}, or "
+                         "train.stall_steps null (no stall rule) or train.attempts 1 (no retry)")
 
 
 def _check_reuse(config: dict) -> None:
@@ -280,10 +303,10 @@ def stage_section(config: dict, stage: str) -> dict:
 
 
 def stage_train(config: dict, stage: str) -> dict:
-    """The train settings of one stage: the top-level `train` section with the stage's own `train` on top, and
-    the top-level `precision` (TrainConfig.precision)."""
+    """The train settings of one stage: the top-level `train` section with the stage's own `train` on top, the
+    top-level `precision` (TrainConfig.precision) and `divergence.stall_margin` (TrainConfig.stall_margin)."""
     return {**deep_merge(config["train"], stage_section(config, stage).get("train", {})),
-            "precision": config["precision"]}
+            "precision": config["precision"], "stall_margin": config["divergence"]["stall_margin"]}
 
 
 def stage_params(config: dict, stage: str, encoder: str | None = None) -> dict:
@@ -294,8 +317,17 @@ def stage_params(config: dict, stage: str, encoder: str | None = None) -> dict:
     if stage not in STAGE_PARENTS:
         raise ConfigError(f"unknown stage {stage!r}; valid: {sorted(STAGE_PARENTS)}")
     section = stage_section(config, stage)
+    from .tasks import StageSpec
+    from .train_config import TrainConfig
+
+    train = _beside_defaults(stage_train(config, stage), "train")
+    if train["stall_margin"] == TrainConfig.stall_margin:  # config.yaml's: the rule's margin since it came (0.05)
+        del train["stall_margin"]
     params = {"stage": stage, "parent": STAGE_PARENTS[stage], "task": _beside_defaults(section["task"], "task"),
-              "train": _beside_defaults(stage_train(config, stage), "train")}
+              "train": train}
+    judged = StageSpec.from_dict(section["task"]).for_validation().judged
+    if judged is not None:  # the part of validation the stop rules read (train.Validation): a stage made before
+        params["val_judged"] = judged  # they read one trained on the mixed accuracy, so it reruns
     if section.get("start"):
         params["start"] = {"steps": section["start"]["steps"],
                            "task": _beside_defaults({**section["task"], **section["start"]["task"]}, "task")}

@@ -51,20 +51,26 @@ def answer_logits(model: Transformer, batch: Batch, device, precision: str = "fp
 
 
 @torch.no_grad()
-def count_correct(model: Transformer, batches: Iterable[Batch], device, precision: str = "fp32",
-                  bank: ImageBank | None = None) -> tuple[int, int]:
-    """(argmax at [ANSWER] == target, prompts) over `batches`, in eval mode; the model's mode is restored."""
+def correct(model: Transformer, batches: Iterable[Batch], device, precision: str = "fp32",
+            bank: ImageBank | None = None) -> np.ndarray:
+    """Whether the argmax at each prompt's [ANSWER] is its target, (prompts,) bool over `batches` in order, in eval
+    mode; the model's mode is restored."""
     was_training = model.training
     model.eval()
-    hits = total = 0
+    hits = []
     try:
         for b in batches:
-            pred = answer_logits(model, b, device, precision, bank).argmax(-1).cpu().numpy()
-            hits += int((pred == b.target).sum())
-            total += len(b)
+            hits.append(answer_logits(model, b, device, precision, bank).argmax(-1).cpu().numpy() == b.target)
     finally:
         model.train(was_training)
-    return hits, total
+    return np.concatenate(hits) if hits else np.zeros(0, dtype=bool)
+
+
+def count_correct(model: Transformer, batches: Iterable[Batch], device, precision: str = "fp32",
+                  bank: ImageBank | None = None) -> tuple[int, int]:
+    """(argmax at [ANSWER] == target, prompts) over `batches` (correct)."""
+    hits = correct(model, batches, device, precision, bank)
+    return int(hits.sum()), len(hits)
 
 
 def accuracy(model: Transformer, batches: Iterable[Batch], device, precision: str = "fp32",

@@ -35,7 +35,7 @@ def fingerprint(*parts) -> str:
 
 # the retry rule's settings only say when an attempt stops, never what a step does (as max_steps); the attempt index
 # changes the data stream, so a retry's key holds it (a first attempt's key is that of a stage without retries)
-RETRY_KEYS = ("attempts", "pass_accuracy", "stall_steps", "stall_gain", "retry_lr_factor", "attempt")
+RETRY_KEYS = ("attempts", "pass_accuracy", "stall_steps", "stall_gain", "stall_margin", "retry_lr_factor", "attempt")
 
 
 def settings_key(stage: str, spec: StageSpec, cfg: TrainConfig, model: Transformer, parent: str | None,

@@ -83,7 +83,10 @@ def training_summary(meta_paths: list[str | Path]) -> pd.DataFrame:
     (train.ramp) the steps of the lengths before its own (`ramp_steps`; `steps` and the step columns count its own
     length) and per length `ramp`: max_objects:steps:best validation accuracy; the retry rule's attempts of the
     stage's own length (`attempts`, the kept one the last that ran unless none passed; `steps` counts them all) and
-    the retries of its ramp's lengths (`ramp_retries`: attempts beyond the first, summed; vlbind.attempts)."""
+    the retries of its ramp's lengths (`ramp_retries`: attempts beyond the first, summed; vlbind.attempts). Where
+    validation mixes kinds of prompt (train.Validation), the part its rules read (`val_judged`: the best and kept
+    accuracies and val_chance are that part's) and each part's kept accuracy, chance and prompts
+    (`val_{part}_accuracy`, `..._chance`, `..._prompts`; empty in other rows)."""
     from .files import read_json
 
     rows = []
@@ -99,7 +102,10 @@ def training_summary(meta_paths: list[str | Path]) -> pd.DataFrame:
                      "wall_minutes": (meta["wall_seconds"] + sum(r["wall_seconds"] for r in ramp)) / 60,
                      "ramp_steps": meta.get("ramp_steps", 0),
                      "ramp": " ".join(f"{r['max_objects']}:{r['steps']}:{r['best_val_accuracy']:.3f}" for r in ramp),
-                     "attempts": attempt_count(meta), "ramp_retries": sum(attempt_count(r) - 1 for r in ramp)})
+                     "attempts": attempt_count(meta), "ramp_retries": sum(attempt_count(r) - 1 for r in ramp),
+                     "val_judged": meta.get("val_judged", "")}
+                    | {f"val_{part}_{k}": d[k if k != "accuracy" else "kept_accuracy"]
+                       for part, d in meta.get("val_parts", {}).items() for k in ("accuracy", "chance", "prompts")})
     return pd.DataFrame(rows)
 
 

@@ -128,6 +128,15 @@ class StageSpec:
         spec = replace(self, lookup_fraction=0.0, solo_fraction=0.0)
         return spec if spec.grounding_fraction or spec.image_fraction else replace(spec, symmetric_fraction=0.0)
 
+    @property
+    def judged(self) -> str | None:
+        """Which prompts of this task's validation set the stop rules, the pass bar and the divergence mark read
+        (train.Validation): None where all are of one kind (retrieval or grounding) in one kind of context (text or
+        images), else `retrieval` where some are retrieval prompts (the task the DAG evaluates: a model that answers
+        grounding and guesses retrieval has not learnt it), `all` where none are."""
+        mixed = 0 < self.grounding_fraction < 1 or 0 < self.image_fraction < 1
+        return None if not mixed else "retrieval" if self.grounding_fraction < 1 else "all"
+
 
 def text_retrieval_spec(min_objects: int, max_objects: int) -> StageSpec:
     """The fixed prompts of evaluation and the analyses: the whole vocabulary (vlbind.vocab), shuffled association

@@ -2,6 +2,11 @@
 warm-up then a constant learning rate (vlbind.optim), the losses of vlbind.losses, validation every `eval_every`
 steps and early stopping. A stage is one or more attempts (vlbind.attempts.train_stage: its ramp's lengths, retries).
 
+Validation reads the task a stage is judged on (`Validation`): where its prompts mix kinds (retrieval and grounding;
+image and text contexts), it records the accuracy of each kind, with its chance and prompt count, and every rule reads
+the retrieval prompts' accuracy (`val_accuracy`; the mixed one is `val_accuracy_all`): a model that answers grounding
+and guesses retrieval has learnt nothing of the task the DAG evaluates. A stage of one kind has one accuracy.
+
 An attempt stops at the first of: validation reaching `target_accuracy`, a plateau (no gain of `min_delta` over the
 best for `patience` validations), the stall rule (vlbind.attempts) or `max_steps`; `max_steps` 0 passes the starting
 weights through, validated once. It keeps the weights of the best validation (`keep: "best"`, the paper's early
@@ -33,13 +38,25 @@ import torch
 
 from . import __version__
 from .checkpoint import save_model
-from .inference import accuracy
+from .inference import correct
 from .losses import training_loss
 from .model import Transformer
 from .optim import lr_at, make_optimizer, optimizer_step
 from .resume import RESUME_FILE, fingerprint, load_resume, save_resume, settings_key
 from .settings import NON_FINITE
-from .tasks import Batch, Role, StageSpec, batch_sizes, by_length, generate, pack_queries
+from .tasks import (
+    GROUNDING,
+    IMAGE,
+    RETRIEVAL,
+    TEXT,
+    Batch,
+    Role,
+    StageSpec,
+    batch_sizes,
+    by_length,
+    generate,
+    pack_queries,
+)
 from .train_config import TrainConfig
 
 if TYPE_CHECKING:
@@ -47,6 +64,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 STALLED = "stalled"  # an attempt ended by the stall rule (TrainConfig.stall_steps), to be retried
+PART = "val_accuracy_"  # metrics.parquet's column of a validation part's accuracy (Validation), e.g. ..._grounding
 
 
 def validation_set(spec: StageSpec, cfg: TrainConfig, chunk: int = 256, bank: ImageBank | None = None) -> list[Batch]:
@@ -57,10 +75,52 @@ def validation_set(spec: StageSpec, cfg: TrainConfig, chunk: int = 256, bank: Im
     return [generate(spec.for_validation(), s, rng, bank=bank) for s in batch_sizes(cfg.val_size, chunk)]
 
 
-def chance(batches: list[Batch]) -> float:
-    """Validation accuracy of a guess among each prompt's objects: the mean of 1 / objects (outcomes.divergence
-    marks a stage whose best validation stays near it)."""
-    return float(np.mean(np.concatenate([1 / b.n_objects for b in batches])))
+KIND_NAMES, MODALITY_NAMES = {RETRIEVAL: "retrieval", GROUNDING: "grounding"}, {TEXT: "text", IMAGE: "image"}
+
+
+@dataclass(frozen=True)
+class Validation:
+    """A stage's validation set and how it is read. `parts`: a mask over its prompts (in order) for each kind of prompt
+    it mixes, `all` of them, each prompt kind (`retrieval`, `grounding`) and, where it mixes text and image contexts,
+    each kind in each (`image_retrieval`, `text_grounding`, ...); none where every prompt is of one kind and context (a
+    text retrieval stage, grounding). `judged`: the part the stop rules, the pass bar and the divergence mark read
+    (StageSpec.judged); None: every prompt."""
+    batches: list[Batch]
+    parts: dict[str, np.ndarray]
+    judged: str | None
+
+    @classmethod
+    def of(cls, batches: list[Batch], judged: str | None) -> Validation:
+        """The validation set `batches` of a task whose rules read its part `judged` (StageSpec.judged)."""
+        if judged is None:
+            return cls(batches, {}, None)
+        kind, modality = (np.concatenate([getattr(b, k) for b in batches]) for k in ("kind", "modality"))
+        kinds, modalities = np.unique(kind), np.unique(modality)
+        parts = {"all": np.ones(len(kind), dtype=bool)} | {KIND_NAMES[k]: kind == k for k in kinds}
+        if len(modalities) > 1:
+            cells = {f"{MODALITY_NAMES[m]}_{KIND_NAMES[k]}": (modality == m) & (kind == k) for m in modalities
+                     for k in kinds}
+            parts |= {name: mask for name, mask in cells.items() if mask.any()}
+        if judged not in parts:
+            raise ValueError(f"the validation set's {len(kind)} prompts hold no {judged} prompt, which the stop rules "
+                             "read: raise train.val_size")
+        return cls(batches, parts, judged)
+
+    def mask(self, part: str | None) -> np.ndarray:
+        n = sum(len(b) for b in self.batches)
+        return np.ones(n, dtype=bool) if part is None else self.parts[part]
+
+    def chance(self, part: str | None = None) -> float:
+        """Accuracy of a guess among each prompt's objects, the mean of 1 / objects, over `part` (default: all)."""
+        return float(np.mean(np.concatenate([1 / b.n_objects for b in self.batches])[self.mask(part)]))
+
+    def read(self, hits: np.ndarray) -> tuple[float, dict[str, float]]:
+        """(the judged accuracy, {part: accuracy}) of per-prompt results `hits` (inference.correct)."""
+        return float(hits[self.mask(self.judged)].mean()), {p: float(hits[m].mean()) for p, m in self.parts.items()}
+
+    def describe(self) -> dict:
+        """meta.json's `val_parts`: each part's prompt count and chance."""
+        return {p: {"prompts": int(m.sum()), "chance": self.chance(p)} for p, m in self.parts.items()}
 
 
 def compiled(model: Transformer, device) -> torch.nn.Module:
@@ -100,12 +160,12 @@ def train_attempt(model: Transformer, spec: StageSpec, cfg: TrainConfig, out_dir
     start_spec, start_steps = start if start is not None else (spec, 0)
     key = settings_key(stage, spec, cfg, model, parent, start)
     ckpt_every = math.ceil(cfg.checkpoint_every / cfg.eval_every) * cfg.eval_every
-    progress = _Progress.resume_or_start(out_dir / RESUME_FILE, key, model, opt, rng, stage)
+    progress = _Progress.resume_or_start(out_dir / RESUME_FILE, key, model, opt, rng, stage, start_steps)
     val_bank = None
     if bank is not None:  # validation shows renderings that training never does
         bank, val_bank = bank.split(cfg.val_images)
-    val = validation_set(spec, cfg, bank=val_bank)
-    val_chance = chance(val)
+    val = Validation.of(validation_set(spec, cfg, bank=val_bank), spec.for_validation().judged)
+    val_chance = val.chance(val.judged)
     net = compiled(model, device) if cfg.compile else model  # validation stays eager: its shapes differ
     t0, t_last, step_last, losses, skips, reason = time.time(), time.time(), progress.step, [], [], "max_steps"
     while progress.step < cfg.max_steps:
@@ -120,14 +180,14 @@ def train_attempt(model: Transformer, spec: StageSpec, cfg: TrainConfig, out_dir
             callback(step)
         if step % cfg.eval_every and step != cfg.max_steps:
             continue
-        acc = accuracy(model, val, device, cfg.precision, val_bank)
+        acc, parts = val.read(correct(model, val.batches, device, cfg.precision, val_bank))
         now = time.time()
         rate = (step - step_last) / max(now - t_last, 1e-9)
         t_last, step_last = now, step
         stop = progress.validate(model, acc, torch.stack(losses), torch.stack(skips), grad_norm, rate, cfg,
-                                 val_chance)
+                                 val_chance, parts)
         losses, skips = [], []
-        _log_validation(stage, spec, cfg, progress, rate, batch)
+        _log_validation(stage, spec, cfg, progress, rate, batch, val.judged)
         if stop is not None:
             reason = stop
             break
@@ -135,7 +195,7 @@ def train_attempt(model: Transformer, spec: StageSpec, cfg: TrainConfig, out_dir
             save_resume(out_dir / RESUME_FILE, key, model, opt, progress.saved(rng, time.time() - t0),
                          progress.best_state)
     if not progress.history:  # max_steps 0: the starting weights pass through; record what they score
-        progress.pass_through(accuracy(model, val, device, cfg.precision, val_bank))
+        progress.pass_through(*val.read(correct(model, val.batches, device, cfg.precision, val_bank)))
         log.info("%s: max_steps 0, weights passed through unchanged; val_acc %.4f", stage, progress.best_acc)
     what = {"stage": stage, "parent": parent, "stage_spec": spec.to_dict(), "train_config": asdict(cfg),
             "start": None if start is None else {"stage_spec": start_spec.to_dict(), "steps": start_steps},
@@ -143,7 +203,7 @@ def train_attempt(model: Transformer, spec: StageSpec, cfg: TrainConfig, out_dir
     how = {"stopped_because": reason, "val_chance": val_chance, "skipped_steps": progress.skipped,
            "resumed": progress.resumed, "wall_seconds": progress.wall_before + time.time() - t0,
            "vlbind_version": __version__}
-    return _finish(model, progress, cfg, what, how | (record or {}), out_dir)
+    return _finish(model, progress, cfg, what, how | (record or {}), out_dir, val)
 
 
 def _step(net, model: Transformer, opt, batch: Batch, cfg: TrainConfig, step: int, device, bank):
@@ -163,11 +223,13 @@ def _step(net, model: Transformer, opt, batch: Batch, cfg: TrainConfig, step: in
 
 
 def _log_validation(stage: str, spec: StageSpec, cfg: TrainConfig, progress: _Progress, rate: float,
-                    batch: Batch) -> None:
+                    batch: Batch, judged: str | None) -> None:
     h = progress.history[-1]
-    log.info("%s step %d/%d objects %d..%d loss %.4f val_acc %.4f best %.4f@%d skipped %d | %.1f steps/s, "
+    parts = "".join(f", {k.removeprefix(PART)} {v:.4f}" for k, v in h.items() if k.startswith(PART))
+    parts = f" ({judged}{parts})" if judged else ""
+    log.info("%s step %d/%d objects %d..%d loss %.4f val_acc %.4f%s best %.4f@%d skipped %d | %.1f steps/s, "
              "%.0f tok/s, ETA to cap %s", stage, h["step"], cfg.max_steps, spec.min_objects, spec.max_objects,
-             h["train_loss"], h["val_accuracy"], progress.best_acc, progress.best_step, progress.skipped, rate,
+             h["train_loss"], h["val_accuracy"], parts, progress.best_acc, progress.best_step, progress.skipped, rate,
              rate * int((batch.roles != Role.PAD).sum()), _eta((cfg.max_steps - h["step"]) / max(rate, 1e-9)))
 
 
@@ -184,21 +246,26 @@ class _Progress:
     resumed: bool = False
     gain_acc: float = -1.0  # the stall rule's reference: the validation of the last gain of stall_gain ...
     gain_step: int = 0  # ... and its step (TrainConfig.stall_steps)
+    start_steps: int = 0  # the start phase (train_attempt's `start`): the at-chance window opens at its last
+    chance_step: int = -1  # validation (or the first), then at each above chance + stall_margin; -1: not yet open
 
     @classmethod
-    def resume_or_start(cls, path: Path, key: str, model, opt, rng: np.random.Generator, stage: str) -> _Progress:
+    def resume_or_start(cls, path: Path, key: str, model, opt, rng: np.random.Generator, stage: str,
+                        start_steps: int = 0) -> _Progress:
         """From a saved state made with the same settings (loading the model, the optimizer and `rng` from it), or
         fresh: nothing done, the starting weights the best so far."""
         resumed = load_resume(path, key, model, opt)
         if resumed is None:
-            return cls(best_state={k: v.detach().clone() for k, v in model.state_dict().items()})
+            return cls(best_state={k: v.detach().clone() for k, v in model.state_dict().items()},
+                       start_steps=start_steps)
         saved, best_state = resumed
         rng.bit_generator.state = saved["rng_state"]
         log.info("resumed %s from step %d (best val acc %.4f)", stage, saved["step"], saved["best_acc"])
         return cls(best_state=best_state, step=saved["step"], best_acc=saved["best_acc"],
                    best_step=saved["best_step"], history=saved["history"],
                    wall_before=saved.get("wall_seconds", 0.0), resumed=True, gain_acc=saved.get("gain_acc", -1.0),
-                   gain_step=saved.get("gain_step", 0))
+                   gain_step=saved.get("gain_step", 0), start_steps=start_steps,
+                   chance_step=saved.get("chance_step", -1))  # a state saved before that clause: opens now
 
     @property
     def skipped(self) -> int:
@@ -206,19 +273,21 @@ class _Progress:
         return sum(row.get("skipped_steps", 0) for row in self.history)
 
     def validate(self, model, acc: float, losses: torch.Tensor, skips: torch.Tensor, grad_norm: torch.Tensor,
-                 rate: float, cfg: TrainConfig, val_chance: float) -> str | None:
-        """Record a validation (its accuracy `acc`, the training `losses` and which steps were skipped, `skips`,
-        since the last one) and keep the weights if they are the best; return why the stage stops here, or None:
-        more than max_skipped_steps skipped steps in the stage (the row's `finite` is then False), the target
-        accuracy, an attempt's stall (STALLED: with a retry left and below its pass bar, no gain of stall_gain for
-        stall_steps steps; vlbind.attempts), or a plateau (no gain of min_delta for `patience` validations, once
-        validation has left chance by plateau_above_chance). `train_loss` is the mean over the steps that were not
-        skipped."""
+                 rate: float, cfg: TrainConfig, val_chance: float, parts: dict[str, float] | None = None) -> str | None:
+        """Record a validation (its judged accuracy `acc` with its chance `val_chance`, each part's accuracy `parts`
+        (Validation), the training `losses` and which steps were skipped, `skips`, since the last one) and keep the
+        weights if they are the best; return why the stage stops here, or None: more than max_skipped_steps skipped
+        steps in the stage (the row's `finite` is then False), the target accuracy, an attempt's stall (STALLED: with a
+        retry left and below its pass bar, no gain of stall_gain for stall_steps steps, or every validation within
+        stall_margin of chance for stall_steps steps after the start phase; vlbind.attempts), or a plateau (no gain
+        of min_delta for `patience` validations, once validation has left chance by plateau_above_chance).
+        `train_loss` is the mean over the steps that were not skipped."""
         trained, skipped = losses.double(), skips.bool()  # the one wait on the device between validations
         kept = trained[~skipped & torch.isfinite(trained)]
         self.history.append({"step": self.step, "train_loss": float(kept.mean()) if len(kept) else float("nan"),
                              "val_accuracy": acc, "lr": lr_at(self.step, cfg),
-                             "grad_norm": float(grad_norm), "steps_per_s": rate, "skipped_steps": int(skipped.sum())})
+                             "grad_norm": float(grad_norm), "steps_per_s": rate, "skipped_steps": int(skipped.sum())}
+                            | {PART + k: v for k, v in (parts or {}).items()})
         self.history[-1]["finite"] = self.skipped <= cfg.max_skipped_steps
         if not self.history[-1]["finite"]:  # these weights are never kept (_finish)
             return NON_FINITE
@@ -229,41 +298,61 @@ class _Progress:
             return "target_accuracy"
         if acc >= self.gain_acc + cfg.stall_gain or self.gain_acc < 0:
             self.gain_acc, self.gain_step = acc, self.step
+        if cfg.stall_margin is None or acc > val_chance + cfg.stall_margin or self.step <= self.start_steps \
+                or self.chance_step < 0:
+            self.chance_step = self.step
         if cfg.stall_steps is not None and cfg.attempt < cfg.attempts and cfg.pass_bar is not None \
-                and self.best_acc < cfg.pass_bar and self.step - self.gain_step >= cfg.stall_steps:
-            return STALLED
+                and self.best_acc < cfg.pass_bar:
+            if self.step - self.gain_step >= cfg.stall_steps:
+                log.info("stall rule: no validation gain of %g since step %d", cfg.stall_gain, self.gain_step)
+                return STALLED
+            if self.step - self.chance_step >= cfg.stall_steps:
+                log.info("stall rule: validation within %g of chance (%.4f) since step %d", cfg.stall_margin,
+                         val_chance, self.chance_step)
+                return STALLED
         learning = not cfg.plateau_above_chance or self.best_acc >= val_chance + cfg.plateau_above_chance
         if (self.step - self.best_step) >= cfg.patience * cfg.eval_every and learning:
             return "plateau"
         return None
 
-    def pass_through(self, acc: float) -> None:
+    def pass_through(self, acc: float, parts: dict[str, float]) -> None:
         """A stage of max_steps 0: the starting weights, validated once, are the stage's."""
         self.best_acc = acc
         self.history.append({"step": 0, "train_loss": float("nan"), "val_accuracy": acc, "lr": 0.0,
-                             "grad_norm": float("nan"), "steps_per_s": float("nan"), "skipped_steps": 0,
-                             "finite": True})
+                             "grad_norm": float("nan"), "steps_per_s": float("nan"), "skipped_steps": 0}
+                            | {PART + k: v for k, v in parts.items()} | {"finite": True})
 
     def saved(self, rng: np.random.Generator, seconds: float) -> dict:
         """What a resume state records besides tensors (JSON metadata)."""
         return {"step": self.step, "best_acc": self.best_acc, "best_step": self.best_step, "history": self.history,
                 "rng_state": rng.bit_generator.state, "wall_seconds": self.wall_before + seconds,
-                "gain_acc": self.gain_acc, "gain_step": self.gain_step}
+                "gain_acc": self.gain_acc, "gain_step": self.gain_step, "chance_step": self.chance_step}
 
 
-def _finish(model: Transformer, progress: _Progress, cfg: TrainConfig, what: dict, how: dict, out_dir: Path) -> dict:
+def _finish(model: Transformer, progress: _Progress, cfg: TrainConfig, what: dict, how: dict, out_dir: Path,
+            val: Validation) -> dict:
     """Keep the weights `cfg.keep` says (the best validation's or the last step's; after too many skipped steps, the
     best finite validation's, or the starting weights where there was none: best step 0, best accuracy NaN),
     write the stage's model directory (weights; meta: `what` was trained, the steps and accuracies, `how` it
-    ended; curve), drop its resume state; return the meta."""
+    ended, and where validation has parts, which one the rules read, `val_judged`, and each one's prompts, chance
+    and kept weights' accuracy, `val_parts`; curve, with each part's accuracy, chance and prompts), drop its resume
+    state; return the meta."""
     last = cfg.keep == "last" and how["stopped_because"] != NON_FINITE
     if not last:
         model.load_state_dict(progress.best_state)
     best_acc = progress.best_acc if progress.best_acc >= 0 else float("nan")  # -1: no finite validation
-    kept = progress.history[-1] if last else {"step": progress.best_step, "val_accuracy": best_acc}
+    best_row = next((h for h in progress.history if h["step"] == progress.best_step), {})  # {}: none finite
+    kept = progress.history[-1] if last else {**best_row, "step": progress.best_step, "val_accuracy": best_acc}
     meta = {**what, "steps": progress.step, "best_step": progress.best_step, "best_val_accuracy": best_acc,
             "kept_step": kept["step"], "kept_val_accuracy": kept["val_accuracy"], **how}
-    save_model(out_dir, model, meta, pd.DataFrame(progress.history).assign(attempt=cfg.attempt))
+    curve = pd.DataFrame(progress.history).assign(attempt=cfg.attempt)
+    if val.parts:
+        parts = val.describe()
+        meta |= {"val_judged": val.judged, "val_parts": {p: {**d, "kept_accuracy": kept.get(PART + p, float("nan"))}
+                                                         for p, d in parts.items()}}
+        curve = curve.assign(**{f"val_chance_{p}": d["chance"] for p, d in parts.items()},
+                             **{f"val_prompts_{p}": d["prompts"] for p, d in parts.items()})
+    save_model(out_dir, model, meta, curve)
     (out_dir / RESUME_FILE).unlink(missing_ok=True)
     log.info("%s done: %s after %d steps, best val acc %.4f at step %d; kept the weights of step %d (%s)",
              meta["stage"], meta["stopped_because"], progress.step, best_acc, progress.best_step, kept["step"],

@@ -15,7 +15,7 @@ _OPTIONAL = schema_defaults("train")
 
 
 @dataclass(frozen=True)
-@config_defaults("train")
+@config_defaults("train", stall_margin="divergence.stall_margin")
 class TrainConfig:
     lr: float
     warmup_steps: int
@@ -45,14 +45,18 @@ class TrainConfig:
     # a length ramp (not in the paper; attempts.train_stage): min_objects alone first, one more at a time
     ramp: bool = _OPTIONAL["ramp"]
     # the retry rule (not in the paper; vlbind.attempts): up to `attempts` attempts of a stage (or ramp length) that
-    # ends below its pass bar (target_accuracy, else pass_accuracy), the cap shared, each retry at retry_lr_factor x
-    # the last one's lr; with a retry left an attempt also ends on the stall rule: `stall_steps` steps without a
-    # validation gain of `stall_gain`
+    # ends below its pass bar (target_accuracy, else pass_accuracy), each retry at retry_lr_factor x the last one's
+    # lr; with a retry left an attempt also ends on the stall rule (`stall_steps` steps without a validation gain of
+    # `stall_gain`, or within stall_margin of chance), and gives its steps back to the cap
     attempts: int = _OPTIONAL["attempts"]
     pass_accuracy: float | None = _OPTIONAL["pass_accuracy"]
     stall_steps: int | None = _OPTIONAL["stall_steps"]
     stall_gain: float = _OPTIONAL["stall_gain"]
     retry_lr_factor: float = _OPTIONAL["retry_lr_factor"]  # each retry's lr: the last attempt's times this
+    # the stall rule's second clause: an attempt whose judged validation (train.Validation) stays within this of its
+    # chance for stall_steps steps after its start phase ends too. Not a `train` key: divergence.stall_margin, the
+    # margin that marks a stage stalled at chance (config.stage_train); None: off
+    stall_margin: float | None
     attempt: int = 1  # which attempt this is (vlbind.attempts); from the second on it enters the data RNG
     # the step runs the batch sorted by length, as sub-batches of at most this many positions, each cut to its
     # longest (the same loss with less padding; not in the paper; _step); None: whole. The config has a per-device
