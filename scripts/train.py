@@ -3,10 +3,11 @@ from pathlib import Path
 
 import torch
 
-from vlbind.attempts import train_stage
+from vlbind.attempts import as_long_as, train_stage
 from vlbind.bank import ImageBank
 from vlbind.checkpoint import load_model
 from vlbind.device import job_device
+from vlbind.files import read_json
 from vlbind.logs import setup_logging
 from vlbind.model import ModelConfig, Transformer
 from vlbind.settings import from_dict
@@ -31,5 +32,7 @@ if "projector" in params:  # the first image stage gives the text model its visu
 start = params.get("start")
 start = (StageSpec.from_dict(start["task"]), start["steps"]) if start else None
 cfg = TrainConfig.from_section(params["train"], seed, device, precision)
+if "as_long_as" in params:  # a noise control: the steps and lr of its twin's kept attempt
+    cfg = as_long_as(cfg, read_json(sm.input.twin, f"{params['as_long_as']}'s meta.json"))
 train_stage(model, StageSpec.from_dict(params["task"]), cfg, Path(sm.output.model).parent, stage=params["stage"],
              device=device, parent=parent, bank=bank, start=start)

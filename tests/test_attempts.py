@@ -281,3 +281,22 @@ def test_the_paper_config_s_stall_window_ends_no_recorded_paper_size_escape():
     ended_at_3000 = [g["curve"].iloc[0] for _, g in df.groupby("curve") if g["escape"].iloc[0] == "yes" and
                      stall_end(g["step"].to_numpy(), g["val_accuracy"].to_numpy(), 0.95, 3000, 0.01) is not None]
     assert ended_at_3000 == [2]
+
+
+def test_a_noise_control_trains_the_steps_and_lr_of_the_attempt_its_twin_kept(tmp_path):
+    """attempts.as_long_as: from a twin that kept its second attempt (the first poisoned), the control trains that
+    attempt's steps at its lr (0.3 x), one attempt, no stop before its last step, whatever its validation does."""
+    from vlbind.attempts import as_long_as
+
+    model, calls = fresh(), []
+    twin = train_unit(model, SPEC, CFG, tmp_path / "twin", stage="noise_text",
+                      callback=poison_first_attempt(model, calls))
+    assert (twin["attempt"], twin["attempts"][1]["steps"]) == (2, 3)
+    control = as_long_as(replace(CFG, target_accuracy=0.0, patience=1), twin)
+    assert (control.max_steps, control.lr, control.attempts, control.target_accuracy) == (3, CFG.lr * 0.3, 1, None)
+    meta = train_unit(fresh(), SPEC, replace(control, max_steps=9), tmp_path / "long", stage="text_long")
+    assert meta["steps"] == 9 and meta["stopped_because"] == "max_steps"  # patience 1 would have stopped it at 6
+    plain = {k: v for k, v in twin.items() if k not in ("attempts", "attempt")}  # a twin without retries
+    assert as_long_as(CFG, {**plain, "steps": 7}).max_steps == 7
+    with pytest.raises(ValueError, match="ramp"):
+        as_long_as(CFG, {**plain, "stage": "text_s4", "ramp": [{"max_objects": 2}]})

@@ -18,7 +18,7 @@ def test_the_schema_and_the_tables_read_their_names_from_vlbind_stages():
     schema = vlschema.schema()
     assert schema["definitions"]["variant"]["enum"] == list(stages.VARIANT_STAGE) == tables.VARIANT_ORDER
     sections = schema["properties"]["stages"]["properties"]
-    assert set(sections) == set(stages.STAGE_PARENTS) - set(stages.CURRICULUM)
+    assert set(sections) == set(stages.STAGE_PARENTS) - set(stages.CURRICULUM) - set(stages.NOISE_CONTROL)
     assert {s for s, ref in sections.items() if ref["$ref"].endswith("control_stage")} == set(stages.CONTROLS)
     # the file itself lists no variant or stage name: a new one needs no edit there
     text = (ROOT / "src/vlbind/config.schema.yaml").read_text()
@@ -35,10 +35,12 @@ def test_a_variant_or_stage_named_nowhere_in_vlbind_stages_is_refused_by_the_sch
 
 
 def test_the_claims_name_only_declared_variants_and_every_variant_has_a_claim():
-    groups = (claims.PAPER_COMPARISONS, claims.CURRICULUM_COMPARISONS, claims.BIND_LOSS_COMPARISONS)
+    groups = (claims.PAPER_COMPARISONS, claims.CURRICULUM_COMPARISONS, claims.BIND_LOSS_COMPARISONS,
+              claims.NOISE_CONTROL_COMPARISONS)
     compared = {name for group in groups for row in group for name in row[:2]}
     assert compared <= set(stages.VARIANT_STAGE)
-    arms = [*claims.TEXT_ARM, *claims.IMAGE_ARM, *claims.CURRICULUM_ARM, *claims.BIND_LOSS_ARM]
+    arms = [*claims.TEXT_ARM, *claims.IMAGE_ARM, *claims.CURRICULUM_ARM, *claims.BIND_LOSS_ARM,
+            *claims.NOISE_CONTROL_ARM]
     assert sorted(arms) == sorted(set(stages.VARIANT_STAGE) - {"text_bind_shuffled"})  # each in one arm
     source = (ROOT / "src/vlbind/claims.py").read_text()
     for variant in stages.VARIANT_STAGE:

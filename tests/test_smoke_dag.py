@@ -254,6 +254,15 @@ def test_a_control_added_to_variants_trains_only_itself(smoke_tree, tmp_path):
     assert {("evaluate", f"variant=text_bind, run=seed{s}") for s in SEEDS} <= jobs
 
 
+def test_the_noise_control_added_to_variants_trains_only_itself_after_its_twin(smoke_tree, tmp_path):
+    jobs = dry_run_with(smoke_tree, tmp_path, f"variants: [{', '.join(VARIANTS)}, text_long]\n")
+    # its twin's meta.json is an input: noise_text trains first where the variants had not trained it (seed 1)
+    twin = {("train_text", f"seed={s}, stage=noise_text") for s in SEEDS if s not in seeds_of("noise_text")}
+    assert {j for j in jobs if j[0].startswith("train_")} == twin | {("train_text", f"seed={s}, stage=text_long")
+                                                                     for s in SEEDS}
+    assert twin and {("evaluate", f"variant=text_long, run=seed{s}") for s in SEEDS} <= jobs
+
+
 def test_the_smoke_dag_writes_the_claims_table(smoke_tree):
     claims = pd.read_csv(smoke_tree / "results/tables/claims.csv")
     wanted = {"text_positional", "image_beats_text", "noise_helps_text", "images_not_curriculum",

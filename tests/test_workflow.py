@@ -384,8 +384,20 @@ def test_mini_trains_the_papers_shuffled_text_arm_and_the_fixed_order_overlay_sw
         assert (fixed["evaluate"]["orders"], fixed["interp"]["order"]) == (["fixed", "shuffled"], "fixed")
         for s in vlstages.STAGE_PARENTS:
             encoder = encoder_of if vlconfig.uses_images(base, s) else None
-            if s not in ("text_s4", "text_s5", "noise_text", "text_bind", "noise_text_bind"):  # controls: parent's
+            if s not in ("text_s4", "text_s5", "noise_text", "text_bind", "noise_text_bind", "text_long"):  # controls
                 assert vlconfig.stage_params(fixed, s, encoder) == vlconfig.stage_params(base, s, encoder), s
+
+
+def test_the_noise_control_is_noise_text_without_its_noise_and_refuses_a_section_of_its_own():
+    mini = vlconfig.load([ROOT / "config/config.yaml", ROOT / "config/mini.yaml"])
+    long, s5, noise = (vlconfig.stage_params(mini, s) for s in ("text_long", "text_s5", "noise_text"))
+    assert (long["parent"], long["as_long_as"]) == ("text_s5", "noise_text")
+    assert long["task"] == s5["task"] != noise["task"]  # the noise is the one difference in the task ...
+    assert long["train"] == noise["train"]  # ... and its settings are noise_text's (steps and lr: at run time)
+    note = vlcaptions.training_note(mini, ["text_long"])
+    assert "as many steps as noise_text, without its noise" in note
+    with pytest.raises(vlconfig.ConfigError, match=r"stages\.text_long"):
+        vlconfig.validate({**mini, "stages": {**mini["stages"], "text_long": {"train": {"max_steps": 5}}}})
 
 
 def test_the_control_arm_is_its_text_parent_plus_the_image_arms_binding_loss_and_figures_say_so():
@@ -457,7 +469,7 @@ def test_training_priority_is_the_longest_chain_below_a_stage():
 
     leaves = [s for s in vlstages.STAGE_PARENTS if s not in vlstages.STAGE_PARENTS.values()]
     assert sorted(leaves) == ["noise_curriculum_text", "noise_image_text", "noise_text_bind", "text_bind",
-                              "text_bind_shuffled"]
+                              "text_bind_shuffled", "text_long"]
     for stage in vlstages.STAGE_PARENTS:
         longest = max(len(vlstages.lineage(leaf)) - vlstages.lineage(leaf).index(stage)
                       for leaf in leaves if stage in vlstages.lineage(leaf))

@@ -6,7 +6,7 @@ both to the figure rules as params."""
 from __future__ import annotations
 
 from .config import stage_section, stage_train
-from .stages import CONTROLS, VARIANT_STAGE, lineage
+from .stages import CONTROLS, NOISE_CONTROL, VARIANT_STAGE, lineage
 
 
 def training_note(config: dict, variants: list[str]) -> str:
@@ -31,6 +31,8 @@ def training_note(config: dict, variants: list[str]) -> str:
         if stage in CONTROLS:
             train = stage_train(config, stage)
             text += f" ({train['max_steps']} steps, last weights)" if train.get("keep") == "last" else ""
+        if stage in NOISE_CONTROL:
+            text += f" (as many steps as {NOISE_CONTROL[stage]}, without its noise)"
         groups.setdefault(text, []).append(v)
     return "; ".join(f"{', '.join(vs)}: {text}" for text, vs in groups.items())
 

@@ -34,7 +34,7 @@ from math import comb
 import numpy as np
 import pandas as pd
 
-from .stages import CONTROLS, CURRICULUM, VARIANT_STAGE, VISION_STAGES
+from .stages import CONTROLS, CURRICULUM, NOISE_CONTROL, VARIANT_STAGE, VISION_STAGES
 from .tables import converged
 
 MIN_GAIN = 0.02  # an OOD difference of 2 points or less counts as no gain
@@ -191,7 +191,9 @@ def _arm(belongs) -> list[str]:
 IMAGE_ARM = _arm(lambda stage: stage in VISION_STAGES)
 CURRICULUM_ARM = _arm(lambda stage: stage in CURRICULUM)
 BIND_LOSS_ARM = _arm(lambda stage: stage in CONTROLS and not stage.endswith("_shuffled"))
-TEXT_ARM = _arm(lambda stage: stage not in VISION_STAGES and stage not in CURRICULUM and stage not in CONTROLS)
+NOISE_CONTROL_ARM = _arm(lambda stage: stage in NOISE_CONTROL)
+TEXT_ARM = _arm(lambda stage: stage not in VISION_STAGES and stage not in CURRICULUM and stage not in CONTROLS
+               and stage not in NOISE_CONTROL)
 
 # The paper's mean OOD accuracy per variant (fig3, section D; text-only order shuffled) and its standard error where
 # it gives one
@@ -228,6 +230,11 @@ BIND_LOSS_COMPARISONS = [  # the binding-loss control's
      "images add to the binding loss with noise: noise_image_text > noise_text_bind"),
 ]
 
+NOISE_CONTROL_COMPARISONS = [  # the noise control's (stages.NOISE_CONTROL)
+    ("noise_text", "text_long", "noise_not_training",
+     "noise, not more training: noise_text > text_long (text_s5 trained on as long as noise_text, without noise)"),
+    ("text_long", "text_only", "training_helps_text", "more training raises text OOD: text_long > text_only"),
+]
 
 CONTROLLED = ("images_not_curriculum", "noise_images_not_curriculum")  # verdicts on learnt pairs (module doc)
 
@@ -272,6 +279,8 @@ def claims_table(evals: pd.DataFrame, circuits: pd.DataFrame) -> pd.DataFrame:
         rows.append(labels(circuits, controls, SYMBOLIC_CIRCUITS, "bind_loss_symbolic",
                            "the binding loss alone makes the text arm bind symbolically"))
     for comparison in BIND_LOSS_COMPARISONS:
+        pair(*comparison)
+    for comparison in NOISE_CONTROL_COMPARISONS:  # the noise control: noise_text's steps, no noise
         pair(*comparison)
     if "text_bind_shuffled" in have and "shuffled" in orders:
         rows.append(learns(per_run(evals, "shuffled"), "text_bind_shuffled", "shuffled",

@@ -12,7 +12,7 @@ import yaml
 
 from .schema import schema, schema_defaults
 from .settings import ConfigError, read_yaml  # ConfigError defined on the bottom floor so every module can raise it
-from .stages import CONTROLS, CURRICULUM, STAGE_PARENTS, TEXT_STAGES, VARIANT_STAGE, VISION_STAGES
+from .stages import CONTROLS, CURRICULUM, NOISE_CONTROL, STAGE_PARENTS, TEXT_STAGES, VARIANT_STAGE, VISION_STAGES
 
 # Keys that were renamed: dotted old path -> the new key (`*` = any name, the same in both). A config holding an
 # old key fails naming the new one, not with the schema's "additional properties" message.
@@ -64,6 +64,11 @@ def validate(config: dict) -> dict:
         if stage in config.get("stages", {}):
             raise _error(f"stages.{stage}", f"the curriculum control copies stages.{image_stage} with every context "
                          f"in text (vlbind.stages.CURRICULUM); set stages.{image_stage} instead")
+    for stage, twin in NOISE_CONTROL.items():
+        if stage in config.get("stages", {}):
+            raise _error(f"stages.{stage}", f"the noise control trains stages.{STAGE_PARENTS[stage]}'s task with "
+                         f"stages.{twin}'s settings for as long as {twin} trained (vlbind.stages.NOISE_CONTROL); "
+                         f"set those stages instead")
     parsed = schema()
     errors = sorted(jsonschema.Draft7Validator(parsed).iter_errors(config), key=lambda e: list(e.absolute_path))
     if errors:
@@ -74,7 +79,7 @@ def validate(config: dict) -> dict:
             hint = " (an overlay such as config/mini.yaml goes after config/config.yaml)"
         raise ConfigError(f"invalid config at '{where}': {e.message}{hint}")
     # What the schema cannot say: relations between keys. Each check raises ConfigError naming the key.
-    missing = set(STAGE_PARENTS) - set(CURRICULUM) - set(config["stages"])
+    missing = set(STAGE_PARENTS) - set(CURRICULUM) - set(NOISE_CONTROL) - set(config["stages"])
     if missing:
         raise _error("stages", f"missing stages {sorted(missing)}")
     _check_controls(config)
@@ -93,7 +98,7 @@ def _check_stall_windows(config: dict) -> None:
     leaves its retry nothing (vlbind.attempts): the window opens at the first validation, or the start phase's last,
     and fires `stall_steps` later."""
     defaults = schema_defaults("train")
-    for stage in STAGE_PARENTS:
+    for stage in set(STAGE_PARENTS) - set(NOISE_CONTROL):  # a noise control trains one attempt
         train = {**defaults, **stage_train(config, stage)}
         bar = train["target_accuracy"] if train["target_accuracy"] is not None else train["pass_accuracy"]
         if train["attempts"] == 1 or bar is None or train["stall_steps"] is None or train["max_steps"] == 0:
@@ -289,9 +294,12 @@ def stage_section(config: dict, stage: str) -> dict:
     """A stage's section of `stages` with its whole task: the top-level `task` with the stage's own on top (as
     `train`, stage_train). Derived for the controls (never written into `config`): a binding-loss control's task is
     its parent's (CONTROLS), a curriculum-control stage's section its image stage's with image_fraction 0 in the task
-    and the start task (CURRICULUM)."""
+    and the start task (CURRICULUM), a noise control's its twin's on its parent's task (NOISE_CONTROL)."""
     if stage in CONTROLS:
         return {**config["stages"][stage], "task": _control_task(config, stage)}
+    if stage in NOISE_CONTROL:  # its twin's settings on its parent's task, the noise left out
+        twin = copy.deepcopy(stage_section(config, NOISE_CONTROL[stage]))
+        return {**twin, "task": stage_section(config, STAGE_PARENTS[stage])["task"]}
     if stage not in CURRICULUM:
         section = config["stages"][stage]
         return {**section, "task": {**config["task"], **(section.get("task") or {})}}
@@ -337,6 +345,8 @@ def stage_params(config: dict, stage: str, encoder: str | None = None) -> dict:
         params["projector"] = dict(config["projector"])
     if uses_images(config, stage):
         params["encoder"] = encoder_spec(config, encoder)
+    if stage in NOISE_CONTROL:  # its steps and lr: at run time, from its twin's meta.json (attempts.as_long_as)
+        params["as_long_as"] = NOISE_CONTROL[stage]
     return canonical(params)
 
 

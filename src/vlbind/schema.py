@@ -8,7 +8,7 @@ import functools
 from pathlib import Path
 
 from .settings import read_yaml
-from .stages import CONTROLS, CURRICULUM, STAGE_PARENTS, VARIANT_STAGE
+from .stages import CONTROLS, CURRICULUM, NOISE_CONTROL, STAGE_PARENTS, VARIANT_STAGE
 from .vocab import Vocab
 
 SCHEMA_PATH = Path(__file__).with_name("config.schema.yaml")
@@ -19,14 +19,14 @@ def schema() -> dict:
     """The parsed schema, read once per process: stage_params runs for every training job at DAG build.
     Shared, so read it, never change it. The names come from vlbind.stages, their one declaration: the variants'
     enum (VARIANT_STAGE) and a section per stage (STAGE_PARENTS; a control_stage for CONTROLS, none for the
-    curriculum control's, which copy their image stage's)."""
+    curriculum control's, which copy their image stage's, nor for the noise control's, NOISE_CONTROL)."""
     parsed = read_yaml(SCHEMA_PATH.read_text())
     parsed["definitions"]["variant"]["enum"] = list(VARIANT_STAGE)
     for key in ("n_colors", "n_shapes", "n_items"):  # a stage draws from the first n of the vocabulary's group
         parsed["definitions"]["task"]["properties"][key]["maximum"] = getattr(Vocab, key)
     parsed["properties"]["stages"]["properties"] = {
         s: {"$ref": "#/definitions/control_stage" if s in CONTROLS else "#/definitions/stage"}
-        for s in STAGE_PARENTS if s not in CURRICULUM}
+        for s in STAGE_PARENTS if s not in CURRICULUM and s not in NOISE_CONTROL}
     return parsed
 
 

@@ -14,6 +14,8 @@ STAGE_PARENTS: dict[str, str | None] = {
     # the curriculum control (not in the paper): the image arm's stages from the same parent, every context in text
     "curriculum_image": "grounding", "curriculum_mixed": "curriculum_image", "curriculum_text": "curriculum_mixed",
     "noise_curriculum_text": "curriculum_text",
+    # the noise control (not in the paper): text_s5 trained on without noise for as long as noise_text trained
+    "text_long": "text_s5",
 }
 # Stages that depend on an image encoder live in run `seed{S}-{encoder}`; the rest in run `seed{S}`.
 # grounding (D.5) is text-only, so it is trained once per seed and shared by every encoder's run.
@@ -25,7 +27,8 @@ TEXT_STAGES = tuple(s for s in STAGE_PARENTS if s not in VISION_STAGES)
 VARIANT_STAGE = {"text_only": "text_s5", "noise_text": "noise_text", "image_text": "image_text",
                  "noise_image_text": "noise_image_text", "curriculum_text": "curriculum_text",
                  "noise_curriculum_text": "noise_curriculum_text", "text_bind": "text_bind",
-                 "noise_text_bind": "noise_text_bind", "text_bind_shuffled": "text_bind_shuffled"}
+                 "noise_text_bind": "noise_text_bind", "text_bind_shuffled": "text_bind_shuffled",
+                 "text_long": "text_long"}
 # The binding-loss control: each control stage -> the image-arm stage whose binding-loss weight it must use. A
 # control trains on its parent's task (text_bind_shuffled: with the list shuffled; config.stage_section derives
 # it) and config.validate() checks the weight: the control and its text parent differ in the binding loss alone.
@@ -35,6 +38,11 @@ CONTROLS = {"text_bind": "image_text", "noise_text_bind": "noise_image_text", "t
 # It has no section of its own in a config (config.stage_section derives it), so it cannot drift from the image arm.
 CURRICULUM = {"curriculum_image": "image", "curriculum_mixed": "mixed", "curriculum_text": "image_text",
               "noise_curriculum_text": "noise_image_text"}
+# The noise control: its stage -> the stage it trains as long as. text_long is noise_text without the noise: its
+# parent's task (text_s5's), noise_text's train settings, and at run time the steps and lr of the attempt noise_text
+# kept, with no stop rule before them (attempts.as_long_as), so that noise_text > text_long differs in the noise
+# alone; noise_text > text_only mixes noise with more training. No section of its own (config.stage_section).
+NOISE_CONTROL = {"text_long": "noise_text"}
 
 
 def chain_below(stage: str) -> int:

@@ -13,7 +13,8 @@ from .outcomes import STALLED, attempt_count, ood_average
 from .stages import VARIANT_STAGE
 
 # the paper's four, then the curriculum control (stages.CURRICULUM: the image arm's curriculum in text), then the
-# binding-loss control (stages.CONTROLS: text models given the image arm's binding loss)
+# binding-loss control (stages.CONTROLS: text models given the image arm's binding loss), then the noise control
+# (stages.NOISE_CONTROL: text_s5 trained on as long as noise_text, without noise)
 VARIANT_ORDER = list(VARIANT_STAGE)
 
 

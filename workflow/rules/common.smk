@@ -60,6 +60,13 @@ def parent_model(wildcards):
     return [model_file(wildcards.seed, parent, wildcards.get("encoder"))]
 
 
+def noise_control_twin(wildcards):
+    """The meta.json of the stage a noise control trains as long as (vlbind.stages.NOISE_CONTROL), named `twin`
+    (for unpack()); none for other stages."""
+    twin = vlstages.NOISE_CONTROL.get(wildcards.stage)
+    return {"twin": model_file(wildcards.seed, twin, name="meta.json")} if twin else {}
+
+
 def stage_features(wildcards):
     """The image bank a vision stage reads, if its prompts have image contexts: features, their index and
     the object table (named inputs, for unpack())."""

@@ -6,6 +6,7 @@
 
 rule train_text:
     input:
+        unpack(noise_control_twin),
         parent=parent_model,
     output:
         model="results/models/seed{seed}/{stage}/model.safetensors",
