@@ -243,3 +243,28 @@ def test_every_attention_call_runs_with_cudnn_attention_switched_off(tiny, monke
     assert masked == {"training", "validation", "cache"} and {c["phase"] for c in calls} == masked | {"forward"}
     assert all(not c["cudnn"] and c["others"] == (True, True, True) for c in calls)
     assert backends.cudnn_sdp_enabled()  # outside the model's calls, PyTorch's own setting is back
+
+
+def test_the_smallest_vocab_size_the_config_accepts_embeds_every_token_an_image_prompt_holds(tmp_path):
+    """model.vocab_size's lower bound is the vocabulary's size, [IMAGE] included (its last id): a bound one below
+    it validated a model that failed on its first image batch."""
+    from pathlib import Path
+
+    from test_vision import make_bank
+
+    from vlbind import config as vlconfig
+    from vlbind.inference import answer_logits
+    from vlbind.vocab import VOCAB
+
+    root = Path(__file__).resolve().parents[1]
+    base = vlconfig.load([root / "config/config.yaml"])
+    with pytest.raises(vlconfig.ConfigError, match=r"model\.vocab_size"):
+        vlconfig.validate({**base, "model": {**base["model"], "vocab_size": len(VOCAB) - 1}})
+    smallest = {**base["model"], "vocab_size": len(VOCAB), "n_layers": 1, "d_model": 16, "d_ff": 16, "n_heads": 2}
+    vlconfig.validate({**base, "model": smallest})
+    model = Transformer(ModelConfig(**smallest)).attach_projector(6)
+    bank = make_bank(tmp_path, "per_object", dim=6)
+    spec = StageSpec(n_colors=8, n_shapes=13, n_items=8, max_objects=3, image_fraction=1.0)
+    batch = generate(spec, 4, np.random.default_rng(0), bank=bank)
+    assert (batch.tokens == VOCAB.image).any()
+    assert answer_logits(model, batch, "cpu", bank=bank).shape == (4, len(VOCAB))

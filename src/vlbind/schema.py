@@ -24,6 +24,7 @@ def schema() -> dict:
     parsed["definitions"]["variant"]["enum"] = list(VARIANT_STAGE)
     for key in ("n_colors", "n_shapes", "n_items"):  # a stage draws from the first n of the vocabulary's group
         parsed["definitions"]["task"]["properties"][key]["maximum"] = getattr(Vocab, key)
+    parsed["properties"]["model"]["properties"]["vocab_size"]["minimum"] = len(Vocab())  # every id embedded
     parsed["properties"]["stages"]["properties"] = {
         s: {"$ref": "#/definitions/control_stage" if s in CONTROLS else "#/definitions/stage"}
         for s in STAGE_PARENTS if s not in CURRICULUM and s not in NOISE_CONTROL}
