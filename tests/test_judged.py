@@ -252,3 +252,22 @@ def test_stall_margin_comes_from_the_divergence_section_and_reruns_only_where_it
     assert vlconfig.stage_params(config, "curriculum_image", "render_cnn")["val_judged"] == "retrieval"
     assert "val_judged" not in vlconfig.stage_params(config, "grounding")
     assert "val_judged" not in vlconfig.stage_params(config, "text_s3")
+
+
+@pytest.mark.parametrize("patience, min_delta", [(2, 0.002), (4, 0.01), (8, 0.002)])
+def test_the_training_loop_s_plateau_rule_is_the_replayed_one(patience, min_delta):
+    """attempts.plateau_end, the plateau rule replayed on a curve, stops where _Progress.validate does and keeps the
+    same best step, on a rising curve with noise (a seeded draw)."""
+    from vlbind.attempts import plateau_end
+
+    rng = np.random.default_rng(1)
+    accs = list(np.clip(1 - 0.8 * np.exp(-np.arange(1, 41) / 8) + rng.normal(0, 0.01, 40), 0, 1))
+    cfg = TrainConfig(eval_every=250, target_accuracy=None, patience=patience, min_delta=min_delta, attempts=1)
+    progress, zero, stop = _Progress(best_state={}), torch.zeros(1), None
+    for i, acc in enumerate(accs, 1):
+        progress.step = 250 * i
+        if progress.validate(torch.nn.Linear(1, 1), acc, zero, zero, zero, 1.0, cfg, 0.25) == "plateau":
+            stop = (progress.step, progress.best_step)
+            break
+    assert stop == plateau_end(250 * np.arange(1, 41), np.array(accs), patience, 250, min_delta)
+    assert patience > 4 or stop is not None

@@ -27,7 +27,7 @@ same weights. A kill resumes in the middle of any attempt; attempts and lengths 
 weights are discarded (their `key.json`).
 
 `stall_end` and `expected_steps_to_pass` replay the stall rule on recorded validation curves (its calibration,
-docs/results/retries.md).
+docs/results/retries.md), `plateau_end` the plateau rule (the stop rule of a stage without a target).
 """
 
 from __future__ import annotations
@@ -198,6 +198,20 @@ def stall_end(steps: np.ndarray, acc: np.ndarray, bar: float, stall_steps: float
             above_step = s
         if s - ref_step >= stall_steps or s - above_step >= stall_steps:
             return int(s)
+    return None
+
+
+def plateau_end(steps: np.ndarray, acc: np.ndarray, patience: int, every: int, min_delta: float,
+                chance: float = 0.0, above_chance: float = 0.0) -> tuple[int, int] | None:
+    """(the step at which the plateau rule, train._Progress.validate's, ends a curve whose validations are `acc` at
+    `steps` every `every` steps, the step of the best validation it keeps), or None where the curve ends first: no
+    gain of `min_delta` over the best for `patience` validations, once the best lies `above_chance` over `chance`."""
+    best, best_step = -1.0, 0
+    for s, a in zip(steps, acc):
+        if a >= best + min_delta or best < 0:
+            best, best_step = a, s
+        if s - best_step >= patience * every and (not above_chance or best >= chance + above_chance):
+            return int(s), int(best_step)
     return None
 
 
