@@ -96,6 +96,7 @@ def test_a_settings_dataclass_takes_each_default_from_its_one_home(cls):
             continue  # not a config value: its own default, if any
         elif f.name in optional:
             assert plain(code) == plain(optional[f.name]), where
+            assert f.name not in literal_defaults(cls), f"{where}: a literal repeats the schema's default; read it"
         elif f.name in held:
             expect[f.name] = f"{section}.{f.name}"
             assert plain(code) == plain(held[f.name]), where
@@ -104,6 +105,36 @@ def test_a_settings_dataclass_takes_each_default_from_its_one_home(cls):
         else:
             assert code is dataclasses.MISSING, f"{where}: a key without a default anywhere is required"
     assert cls.defaults_from == expect
+
+
+def literal_defaults(cls) -> set[str]:
+    """The fields whose default `cls`'s source writes as a literal (a number, string, bool, None or a tuple of them),
+    not read from its home."""
+    import ast
+    import inspect
+    import textwrap
+
+    tree = ast.parse(textwrap.dedent(inspect.getsource(cls)))
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and node.value is not None:
+            try:
+                ast.literal_eval(node.value)
+            except ValueError:
+                continue
+            found.add(node.target.id)
+    return found
+
+
+def test_no_reader_of_a_stage_s_settings_falls_back_to_a_default_of_its_own():
+    """config.stage_train gives every train key (the schema's defaults under the config's), and a stage's task holds
+    every task key but image_fraction (tasks.StageSpec's, read from there): a `.get(key, literal)` on either would be
+    a second home of a default, which drifts."""
+    pattern = re.compile(r'(stage_train\([^)]*\)|\["task"\]|\["train"\])\.get\("\w+", [^)]')
+    found = [f"{p.relative_to(ROOT)}:{i}" for p in sorted((ROOT / "src/vlbind").rglob("*.py"))
+             for i, line in enumerate(p.read_text().splitlines(), 1)
+             if pattern.search(line) and "StageSpec.image_fraction" not in line]
+    assert not found, found
 
 
 def test_config_yaml_writes_no_key_at_the_schema_s_default():

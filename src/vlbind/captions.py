@@ -17,9 +17,9 @@ def training_note(config: dict, variants: list[str]) -> str:
     for v in variants:
         stage = VARIANT_STAGE[v]
         stages = lineage(stage)
-        order = "shuffled" if stage_section(config, stage)["task"].get("shuffle", True) else "fixed-order"
-        skipped = [s for s in stages if stage_train(config, s).get("max_steps") == 0]
-        bound = [s for s in stages if stage_train(config, s).get("binding_loss", 0.0) > 0]
+        order = "shuffled" if stage_section(config, stage)["task"]["shuffle"] else "fixed-order"
+        skipped = [s for s in stages if stage_train(config, s)["max_steps"] == 0]
+        bound = [s for s in stages if stage_train(config, s)["binding_loss"] > 0]
         text = f"{order} lists"
         if skipped:
             text += f" ({', '.join(skipped)} skipped)"

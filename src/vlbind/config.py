@@ -97,9 +97,8 @@ def _check_stall_windows(config: dict) -> None:
     """A stage with retries must let the stall rule fire before its cap, else a stalled attempt runs to the cap and
     leaves its retry nothing (vlbind.attempts): the window opens at the first validation, or the start phase's last,
     and fires `stall_steps` later."""
-    defaults = schema_defaults("train")
     for stage in set(STAGE_PARENTS) - set(NOISE_CONTROL):  # a noise control trains one attempt
-        train = {**defaults, **stage_train(config, stage)}
+        train = stage_train(config, stage)
         bar = train["target_accuracy"] if train["target_accuracy"] is not None else train["pass_accuracy"]
         if train["attempts"] == 1 or bar is None or train["stall_steps"] is None or train["max_steps"] == 0:
             continue
@@ -177,7 +176,7 @@ def _check_controls(config: dict) -> None:
         if given is not None and given != _control_task(config, control):
             raise _error(f"stages.{control}.task", f"is stages.{STAGE_PARENTS[control]}.task"
                          f"{' with shuffle: true' if control.endswith('_shuffled') else ''}; set it there")
-        weight, image_weight = (stage_train(config, s).get("binding_loss", 0.0) for s in (control, image_stage))
+        weight, image_weight = (stage_train(config, s)["binding_loss"] for s in (control, image_stage))
         if weight != image_weight:
             raise _error(f"stages.{control}.train.binding_loss", f"{weight} must equal the image arm's weight "
                          f"(stages.{image_stage}: {image_weight}), the aid the control gives the text arm")
@@ -311,10 +310,13 @@ def stage_section(config: dict, stage: str) -> dict:
 
 
 def stage_train(config: dict, stage: str) -> dict:
-    """The train settings of one stage: the top-level `train` section with the stage's own `train` on top, the
-    top-level `precision` (TrainConfig.precision) and `divergence.stall_margin` (TrainConfig.stall_margin)."""
-    return {**deep_merge(config["train"], stage_section(config, stage).get("train", {})),
-            "precision": config["precision"], "stall_margin": config["divergence"]["stall_margin"]}
+    """The train settings of one stage, every key: the schema's defaults of the keys a config may leave out, the
+    top-level `train` section on top, the stage's own `train` on top of that, the top-level `precision`
+    (TrainConfig.precision) and `divergence.stall_margin` (TrainConfig.stall_margin). A reader asks it for any key,
+    with no fallback of its own (the schema is the defaults' one home)."""
+    train = deep_merge(config["train"], stage_section(config, stage).get("train", {}))
+    return {**schema_defaults("train"), **train, "precision": config["precision"],
+            "stall_margin": config["divergence"]["stall_margin"]}
 
 
 def stage_params(config: dict, stage: str, encoder: str | None = None) -> dict:
@@ -358,7 +360,9 @@ def _beside_defaults(section: dict, definition: str) -> dict:
 
 
 def uses_images(config: dict, stage: str) -> bool:
-    return stage_section(config, stage)["task"].get("image_fraction", 0.0) > 0
+    from .tasks import StageSpec  # the one default of image_fraction (tasks.StageSpec: why there)
+
+    return stage_section(config, stage)["task"].get("image_fraction", StageSpec.image_fraction) > 0
 
 
 def encoder_spec(config: dict, name: str) -> dict:
