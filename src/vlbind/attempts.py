@@ -101,10 +101,10 @@ def as_long_as(cfg: TrainConfig, twin: dict) -> TrainConfig:
     meta.json: the steps and lr of the attempt it kept (a retry's lr x retry_lr_factor per retry before it), one
     attempt, and no stop before those steps (no target, a plateau window longer than them); its weights kept as the
     twin's were (`keep`)."""
-    kept = twin.get("attempt", 1)
-    steps = twin["attempts"][kept - 1]["steps"] if "attempts" in twin else twin["steps"]
     if twin.get("ramp"):
         raise ValueError(f"{twin['stage']} trained a length ramp: a stage cannot train as long as it")
+    kept = twin.get("attempt", 1)
+    steps = twin["attempts"][kept - 1]["steps"] if "attempts" in twin else twin["steps"]
     lr = twin["train_config"]["lr"] * twin["train_config"]["retry_lr_factor"] ** (kept - 1)
     return replace(cfg, max_steps=steps, lr=lr, attempts=1, attempt=1, target_accuracy=None,
                    patience=steps // cfg.eval_every + 1)

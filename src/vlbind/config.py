@@ -97,18 +97,19 @@ def _check_stall_windows(config: dict) -> None:
     """A stage with retries must let the stall rule fire before its cap, else a stalled attempt runs to the cap and
     leaves its retry nothing (vlbind.attempts): the window opens at the first validation, or the start phase's last,
     and fires `stall_steps` later."""
+    from .train_config import TrainConfig
+
     for stage in set(STAGE_PARENTS) - set(NOISE_CONTROL):  # a noise control trains one attempt
-        train = stage_train(config, stage)
-        bar = train["target_accuracy"] if train["target_accuracy"] is not None else train["pass_accuracy"]
-        if train["attempts"] == 1 or bar is None or train["stall_steps"] is None or train["max_steps"] == 0:
+        cfg = TrainConfig.from_section(stage_train(config, stage), seed=0, device="cpu", precision="fp32")
+        if cfg.attempts == 1 or cfg.pass_bar is None or cfg.stall_steps is None or cfg.max_steps == 0:
             continue
-        start, every = (stage_section(config, stage).get("start") or {}).get("steps", 0), train["eval_every"]
-        fires = max(every, start - start % every) + train["stall_steps"]
-        if fires >= train["max_steps"]:
+        start, every = (stage_section(config, stage).get("start") or {}).get("steps", 0), cfg.eval_every
+        opens = max(every, start - start % every)
+        fires = opens + cfg.stall_steps
+        if fires >= cfg.max_steps:
             key = f"stages.{CURRICULUM.get(stage, stage)}.train.max_steps"
-            opens = fires - train["stall_steps"]
-            raise _error(key, f"{train['max_steps']} leaves no room for the stall rule of stage {stage}: its window "
-                         f"of train.stall_steps={train['stall_steps']} steps opens at step {opens} (the first "
+            raise _error(key, f"{cfg.max_steps} leaves no room for the stall rule of stage {stage}: its window "
+                         f"of train.stall_steps={cfg.stall_steps} steps opens at step {opens} (the first "
                          f"validation{' after the start phase' if start else ''}) and ends at {fires}, so "
                          f"no attempt would stall and a retry would get no steps; valid: max_steps above {fires}, or "
                          "train.stall_steps null (no stall rule) or train.attempts 1 (no retry)")
