@@ -4,7 +4,7 @@ from pathlib import Path
 import pandas as pd
 from snakemake.utils import min_version
 
-from vlbind.tables import run_summary
+from vlbind.evaluation.tables import run_summary
 
 min_version("8.0")
 

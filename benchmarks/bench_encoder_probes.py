@@ -21,10 +21,10 @@ import numpy as np
 import torch
 
 from vlbind import config as vlconfig
-from vlbind.bank import ImageBank
-from vlbind.device import precision_for
-from vlbind.encoders import EncoderSpec, extract
+from vlbind.core.device import precision_for
+from vlbind.data.bank import ImageBank
 from vlbind.interp.probes import fit_and_score
+from vlbind.vision.encoders import EncoderSpec, extract
 
 RANDOM = {"resnet152 (random)": {"timm_name": "resnet152", "pretrained": False, "grid": 2},
           "vit_b16 (random)": {"timm_name": "vit_base_patch16_224", "pretrained": False, "grid": 2}}
@@ -73,7 +73,7 @@ def main() -> None:
                 out = Path(tmp) / f"{len(rows)}.npy"
                 kwargs = {"model_kwargs": {"img_size": size}} if "vit" in spec["timm_name"] else {}
                 extract(EncoderSpec.from_dict({**spec, **kwargs}), bank_dir / "images", n_images, out,
-                        precision=precision_for({"cpu": "auto"}, "cpu"))
+                        batch_size=cfg["vision"]["extract_batch_size"], precision=precision_for({"cpu": "auto"}, "cpu"))
                 rows[name] = probe(ImageBank.open(bank_dir, out))
     print("| encoder | color probe | shape probe | mean pairwise cosine |\n|---|---|---|---|")
     for name, r in rows.items():

@@ -17,7 +17,6 @@ import time
 import numpy as np
 import torch
 
-from vlbind.checkpoint import load_model
 from vlbind.interp.interchange import (
     LABELS,
     item_argmax,
@@ -26,7 +25,8 @@ from vlbind.interp.interchange import (
     patched_answer_logits,
     query_answer_residuals,
 )
-from vlbind.model import ModelConfig, Transformer
+from vlbind.model.checkpoint import load_model
+from vlbind.model.transformer import ModelConfig, Transformer
 
 
 def ours(model, pairs, layers):  # patched at [ANSWER], as the nnsight sweep below

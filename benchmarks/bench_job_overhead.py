@@ -28,11 +28,11 @@ t["snakemake preamble"] = time.time()
 import torch, pandas, pyarrow.parquet
 t["torch, pandas, pyarrow"] = time.time()
 from vlbind import config as vlconfig
-from vlbind.checkpoint import load_model
-from vlbind.device import job_device
-from vlbind.evaluate import EvalConfig, evaluate
+from vlbind.model.checkpoint import load_model
+from vlbind.core.device import job_device
+from vlbind.evaluation.evaluate import EvalConfig, evaluate
 from vlbind.interp import ANALYSES, _module, analyze, settings
-from vlbind.settings import from_dict
+from vlbind.core.settings import from_dict
 for a in ANALYSES:
     _module(a)
 t["vlbind (analyses, evaluation)"] = time.time()

@@ -22,11 +22,12 @@ import numpy as np
 import torch
 from torch.profiler import ProfilerActivity, profile
 
-from vlbind.device import precision_for
-from vlbind.model import ModelConfig, Transformer
-from vlbind.optim import make_optimizer
-from vlbind.tasks import Role, StageSpec, by_length, generate, pack_queries
-from vlbind.train import TrainConfig, _step, train_attempt
+from vlbind.core.device import precision_for
+from vlbind.data.tasks import Role, StageSpec, by_length, generate, pack_queries
+from vlbind.model.transformer import ModelConfig, Transformer
+from vlbind.training.config import TrainConfig
+from vlbind.training.loop import _step, train_attempt
+from vlbind.training.optim import make_optimizer
 
 MINI = ModelConfig(n_layers=6, d_model=64, d_ff=256, n_heads=4)
 

@@ -32,13 +32,13 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from vlbind.device import autocast, precision_for
-from vlbind.inference import answer_logits
-from vlbind.losses import training_loss
-from vlbind.model import ModelConfig, Transformer, count_parameters
-from vlbind.optim import make_optimizer
-from vlbind.tasks import StageSpec, generate, pack_queries
-from vlbind.train import TrainConfig
+from vlbind.core.device import autocast, precision_for
+from vlbind.data.tasks import StageSpec, generate, pack_queries
+from vlbind.model.inference import answer_logits
+from vlbind.model.transformer import ModelConfig, Transformer, count_parameters
+from vlbind.training.config import TrainConfig
+from vlbind.training.losses import training_loss
+from vlbind.training.optim import make_optimizer
 
 ROOT = Path(__file__).resolve().parents[1]
 TEXT_S5 = StageSpec(216, 216, 32, 2, 8, shuffle=True, symmetric_fraction=0.0)  # as measured (no symmetric prompts)

@@ -21,12 +21,13 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from vlbind.device import precision_for
-from vlbind.losses import training_loss
-from vlbind.model import ModelConfig, Transformer
-from vlbind.optim import make_optimizer
-from vlbind.tasks import StageSpec, generate, pack_queries
-from vlbind.train import TrainConfig, train_attempt
+from vlbind.core.device import precision_for
+from vlbind.data.tasks import StageSpec, generate, pack_queries
+from vlbind.model.transformer import ModelConfig, Transformer
+from vlbind.training.config import TrainConfig
+from vlbind.training.loop import train_attempt
+from vlbind.training.losses import training_loss
+from vlbind.training.optim import make_optimizer
 
 MODELS = {"paper 12 x 128": ModelConfig(n_layers=12, d_model=128, d_ff=512, n_heads=4),
           "mini 6 x 64": ModelConfig(n_layers=6, d_model=64, d_ff=256, n_heads=4),

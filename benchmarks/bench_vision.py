@@ -3,7 +3,7 @@
     python benchmarks/bench_vision.py [--threads 1] [--images 64] [--steps 8] [--encoders resnet152 ...]
                                       [--skip-extraction]
 
-1. feature extraction: `vlbind.encoders.extract` (PNG decode, normalise, forward, drop prefix tokens,
+1. feature extraction: `vlbind.vision.encoders.extract` (PNG decode, normalise, forward, drop prefix tokens,
    float16 memmap write) vs a raw timm `forward_features` on the same, already decoded batches, for each
    default encoder of config/config.yaml with random weights (no hub here), fp32 and bf16 autocast;
 2. one training step on image-context prompts (8 objects, one image per object) vs a text step (8
@@ -23,14 +23,14 @@ import numpy as np
 import torch
 import yaml
 
-from vlbind.bank import ImageBank
-from vlbind.encoders import EncoderSpec, extract, load_encoder, normalizer, to_tensor
-from vlbind.inference import answer_logits
-from vlbind.model import ModelConfig, Transformer
-from vlbind.optim import make_optimizer
-from vlbind.render import RenderConfig, layout_objects, load_image, render_bank
-from vlbind.tasks import IMAGE, TEXT, StageSpec, generate
-from vlbind.train import TrainConfig
+from vlbind.data.bank import ImageBank
+from vlbind.data.render import RenderConfig, layout_objects, load_image, render_bank
+from vlbind.data.tasks import IMAGE, TEXT, StageSpec, generate
+from vlbind.model.inference import answer_logits
+from vlbind.model.transformer import ModelConfig, Transformer
+from vlbind.training.config import TrainConfig
+from vlbind.training.optim import make_optimizer
+from vlbind.vision.encoders import EncoderSpec, extract, load_encoder, normalizer, to_tensor
 
 ROOT = Path(__file__).resolve().parents[1]
 SPEC = StageSpec(n_colors=8, n_shapes=13, n_items=8, min_objects=8, max_objects=8, shuffle=True, symmetric_fraction=0.0)

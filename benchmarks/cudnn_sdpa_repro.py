@@ -17,7 +17,7 @@ import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from vlbind.model import sdpa
+from vlbind.model.transformer import sdpa
 
 
 def grad_q_non_finite(attend, L: int, D: int, heads: int = 4) -> int:
@@ -38,7 +38,7 @@ def main() -> None:
     if not torch.cuda.is_available():
         raise SystemExit("cudnn_sdpa_repro.py needs a CUDA GPU (the bug is in cuDNN's attention kernel)")
     print(f"torch {torch.__version__}, cuDNN {torch.backends.cudnn.version()}, {torch.cuda.get_device_name()}")
-    print("| key length | head dim | default choice: grad_q non-finite | cuDNN alone | vlbind.model.sdpa |")
+    print("| key length | head dim | default choice: grad_q non-finite | cuDNN alone | vlbind.model.transformer.sdpa |")
     print("|---|---|---|---|---|")
     for L, D in [(64, 32), (192, 32), (704, 64), (128, 32)]:
         default = grad_q_non_finite(F.scaled_dot_product_attention, L, D)

@@ -2,11 +2,11 @@
 model, loaded once -> one tidy parquet table per analysis, tagged with variant and run."""
 from pathlib import Path
 
-from vlbind.checkpoint import load_model
-from vlbind.device import job_device
-from vlbind.files import atomic_write
+from vlbind.core.device import job_device
+from vlbind.core.files import atomic_write
+from vlbind.core.logs import setup_logging
 from vlbind.interp import analyze, settings
-from vlbind.logs import setup_logging
+from vlbind.model.checkpoint import load_model
 
 sm = snakemake  # noqa: F821 (injected by Snakemake)
 log = setup_logging(sm.log[0])

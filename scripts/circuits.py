@@ -2,10 +2,10 @@
 units of its lineage that needed a retry (from its evaluation table: outcomes.retries)."""
 import pandas as pd
 
-from vlbind.files import atomic_write
+from vlbind.core.files import atomic_write
+from vlbind.core.logs import setup_logging
+from vlbind.core.settings import from_dict
 from vlbind.interp.circuits import CircuitRule, circuit_label
-from vlbind.logs import setup_logging
-from vlbind.settings import from_dict
 
 sm = snakemake  # noqa: F821 (injected by Snakemake)
 log = setup_logging(sm.log[0])

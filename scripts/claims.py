@@ -1,9 +1,9 @@
-"""Snakemake adapter: the claims table (vlbind.claims) from the evaluation tables and circuits.csv."""
+"""Snakemake adapter: the claims table (vlbind.evaluation.claims) from the evaluation tables and circuits.csv."""
 import pandas as pd
 
-from vlbind import claims, tables
-from vlbind.files import atomic_write
-from vlbind.logs import setup_logging
+from vlbind.core.files import atomic_write
+from vlbind.core.logs import setup_logging
+from vlbind.evaluation import claims, tables
 
 sm = snakemake  # noqa: F821 (injected by Snakemake)
 log = setup_logging(sm.log[0])

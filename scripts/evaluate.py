@@ -5,14 +5,14 @@ from pathlib import Path
 
 import pandas as pd
 
-from vlbind.checkpoint import load_model
 from vlbind.config import job_section
-from vlbind.device import job_device
-from vlbind.evaluate import EvalConfig, evaluate
-from vlbind.files import atomic_write, read_json
-from vlbind.logs import setup_logging
-from vlbind.outcomes import DivergenceRule, ood_average, with_verdicts
-from vlbind.settings import from_dict
+from vlbind.core.device import job_device
+from vlbind.core.files import atomic_write, read_json
+from vlbind.core.logs import setup_logging
+from vlbind.core.settings import from_dict
+from vlbind.evaluation.evaluate import EvalConfig, evaluate
+from vlbind.evaluation.outcomes import DivergenceRule, ood_average, with_verdicts
+from vlbind.model.checkpoint import load_model
 
 sm = snakemake  # noqa: F821
 log = setup_logging(sm.log[0])

@@ -2,9 +2,9 @@
 import pandas as pd
 
 from vlbind.config import speed_settings
-from vlbind.device import job_device
-from vlbind.encoders import EncoderSpec, extract
-from vlbind.logs import setup_logging
+from vlbind.core.device import job_device
+from vlbind.core.logs import setup_logging
+from vlbind.vision.encoders import EncoderSpec, extract
 
 sm = snakemake  # noqa: F821 (injected by Snakemake)
 log = setup_logging(sm.log[0])

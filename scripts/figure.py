@@ -1,6 +1,7 @@
 """Snakemake adapter: draw every figure the rule names as an output (fig3, fig8) from the evaluation tables."""
-from vlbind import figures, tables
-from vlbind.logs import setup_logging
+from vlbind import figures
+from vlbind.core.logs import setup_logging
+from vlbind.evaluation import tables
 
 sm = snakemake  # noqa: F821
 log = setup_logging(sm.log[0])

@@ -4,7 +4,7 @@ the tables of the analysis it draws (params.analyses); runs whose training retri
 import pandas as pd
 
 from vlbind import figures
-from vlbind.logs import setup_logging
+from vlbind.core.logs import setup_logging
 
 sm = snakemake  # noqa: F821 (injected by Snakemake)
 log = setup_logging(sm.log[0])

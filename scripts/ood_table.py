@@ -1,7 +1,7 @@
 """Snakemake adapter: OOD averages per prompt order and variant (mean and SE over runs) as CSV."""
-from vlbind import tables
-from vlbind.files import atomic_write
-from vlbind.logs import setup_logging
+from vlbind.core.files import atomic_write
+from vlbind.core.logs import setup_logging
+from vlbind.evaluation import tables
 
 sm = snakemake  # noqa: F821
 log = setup_logging(sm.log[0])

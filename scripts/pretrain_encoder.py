@@ -1,8 +1,8 @@
 """Snakemake adapter: pretrain an encoder with a `pretrain` section on renderings (mini's frozen encoder)."""
 from vlbind import config as vlconfig
-from vlbind.device import job_device
-from vlbind.encoder_pretrain import PretrainConfig, pretrain
-from vlbind.logs import setup_logging
+from vlbind.core.device import job_device
+from vlbind.core.logs import setup_logging
+from vlbind.vision.pretrain import PretrainConfig, pretrain
 
 sm = snakemake  # noqa: F821 (injected by Snakemake)
 log = setup_logging(sm.log[0])

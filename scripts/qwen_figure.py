@@ -2,7 +2,7 @@
 from the probe tables)."""
 import pandas as pd
 
-from vlbind.logs import setup_logging
+from vlbind.core.logs import setup_logging
 from vlbind.qwen import figures
 
 sm = snakemake  # noqa: F821 (injected by Snakemake)

@@ -2,8 +2,8 @@
 import pandas as pd
 
 from vlbind.config import job_section
-from vlbind.files import atomic_write
-from vlbind.logs import setup_logging
+from vlbind.core.files import atomic_write
+from vlbind.core.logs import setup_logging
 from vlbind.qwen.binding import BindingConfig, table1
 
 sm = snakemake  # noqa: F821 (injected by Snakemake)

@@ -1,8 +1,8 @@
 """Snakemake adapter: render the image bank (images + object table)."""
 from pathlib import Path
 
-from vlbind.logs import setup_logging
-from vlbind.render import RenderConfig, render_bank
+from vlbind.core.logs import setup_logging
+from vlbind.data.render import RenderConfig, render_bank
 
 sm = snakemake  # noqa: F821 (injected by Snakemake)
 log = setup_logging(sm.log[0])

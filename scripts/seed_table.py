@@ -1,8 +1,9 @@
 """Snakemake adapter: the many-seed table of a stage's lineage (pass fractions, steps to target per unit) and its
 figure."""
-from vlbind import figures, tables
-from vlbind.files import atomic_write
-from vlbind.logs import setup_logging
+from vlbind import figures
+from vlbind.core.files import atomic_write
+from vlbind.core.logs import setup_logging
+from vlbind.evaluation import tables
 
 sm = snakemake  # noqa: F821
 log = setup_logging(sm.log[0])

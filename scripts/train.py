@@ -3,16 +3,16 @@ from pathlib import Path
 
 import torch
 
-from vlbind.attempts import as_long_as, train_stage
-from vlbind.bank import ImageBank
-from vlbind.checkpoint import load_model
-from vlbind.device import job_device
-from vlbind.files import read_json
-from vlbind.logs import setup_logging
-from vlbind.model import ModelConfig, Transformer
-from vlbind.settings import from_dict
-from vlbind.tasks import StageSpec
-from vlbind.train import TrainConfig
+from vlbind.core.device import job_device
+from vlbind.core.files import read_json
+from vlbind.core.logs import setup_logging
+from vlbind.core.settings import from_dict
+from vlbind.data.bank import ImageBank
+from vlbind.data.tasks import StageSpec
+from vlbind.model.checkpoint import load_model
+from vlbind.model.transformer import ModelConfig, Transformer
+from vlbind.training.attempts import as_long_as, train_stage
+from vlbind.training.config import TrainConfig
 
 sm = snakemake  # noqa: F821 (injected by Snakemake)
 setup_logging(sm.log[0], history=Path(sm.output.model).with_name("train.log"))  # keeps killed attempts

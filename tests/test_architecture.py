@@ -78,15 +78,31 @@ def test_the_data_flow_table_names_real_rules_adapters_and_library_functions():
 
 
 def modules() -> set[str]:
+    """Every module of the package but its entry points, as `package/module` or `module` (top level)."""
     src = ROOT / "src/vlbind"
-    names = {p.stem for p in src.glob("*.py") if p.stem not in ("__init__", "__main__")}
-    return names | {p.name for p in src.iterdir() if p.is_dir() and (p / "__init__.py").exists()}
+    return {str(p.relative_to(src).with_suffix("")) for p in src.rglob("*.py")
+            if p.name not in ("__init__.py", "__main__.py")}
 
 
-def test_the_module_table_lists_every_module():
-    listed = {n.rstrip("/") for row in table("## Modules, bottom floor first") for n in re.findall(r"`([\w/]+)`",
-                                                                                                  row[0])}
+def test_the_package_table_lists_every_module_in_its_package():
+    listed = set()
+    for row in table("## Packages, top layer first"):
+        if m := re.match(r"`(\w+)/`: (.*)", row[1]):
+            listed |= {f"{m.group(1)}/{name}" for name in re.findall(r"`(\w+)`", m.group(2))}
+        else:
+            listed |= set(re.findall(r"`(\w+)`", row[1]))
     assert listed == modules()
+
+
+def test_the_package_table_orders_the_layers_as_the_contract_does():
+    """The table's layer column, top first, is .importlinter's contract, layer for layer."""
+    from test_layering import contract_layers
+
+    contract = contract_layers()
+    layers: dict[int, set[str]] = {}
+    for row in table("## Packages, top layer first"):
+        layers.setdefault(int(row[0]), set()).add("vlbind." + re.match(r"`(\w+)", row[1]).group(1))
+    assert [layers[k] for k in sorted(layers)] == [{n.strip() for n in layer.split("|")} for layer in contract]
 
 
 def imports_torch_at_load(path: Path) -> bool:
@@ -99,8 +115,10 @@ def imports_torch_at_load(path: Path) -> bool:
     return False
 
 
-@pytest.mark.parametrize("module", ["settings", "stages", "schema", "config", "captions", "outcomes", "tables",
-                                    "claims", "mechanisms", "figures", "tasks", "vocab", "files"])
+@pytest.mark.parametrize("module", ["core/settings", "core/stages", "core/schema", "config", "captions",
+                                    "evaluation/outcomes", "evaluation/tables", "evaluation/claims",
+                                    "interp/mechanisms", "figures", "data/tasks", "core/vocab", "core/files",
+                                    "training/config"])
 def test_the_modules_the_doc_calls_torch_free_import_no_torch(module):
     assert not imports_torch_at_load(ROOT / f"src/vlbind/{module}.py")
     assert not imports_torch_at_load(ROOT / "src/vlbind/interp/__init__.py")

@@ -1,5 +1,5 @@
-"""The retry rule (vlbind.attempts): a failed attempt retries from the unit's starting weights, a first-attempt pass is
-a stage without the rule, a kill resumes inside any attempt, and the stall rule as replayed on recorded curves is the
+"""The retry rule (training.attempts): a failed attempt retries from the unit's starting weights, a first-attempt pass
+is a stage without the rule, a kill resumes inside any attempt, and the stall rule as replayed on recorded curves is the
 one the training loop applies."""
 
 import math
@@ -12,14 +12,15 @@ import pytest
 import torch
 
 from vlbind import config as vlconfig
-from vlbind.attempts import expected_steps_to_pass, stall_end, train_stage, train_unit
-from vlbind.checkpoint import load_model
-from vlbind.model import ModelConfig, Transformer
-from vlbind.schema import schema_defaults
-from vlbind.settings import NON_FINITE
-from vlbind.tables import training_summary
-from vlbind.tasks import StageSpec
-from vlbind.train import TrainConfig, _Progress, train_attempt
+from vlbind.core.schema import schema_defaults
+from vlbind.core.settings import NON_FINITE
+from vlbind.data.tasks import StageSpec
+from vlbind.evaluation.tables import training_summary
+from vlbind.model.checkpoint import load_model
+from vlbind.model.transformer import ModelConfig, Transformer
+from vlbind.training.attempts import expected_steps_to_pass, stall_end, train_stage, train_unit
+from vlbind.training.config import TrainConfig
+from vlbind.training.loop import _Progress, train_attempt
 
 TINY = ModelConfig(n_layers=2, d_model=32, d_ff=64, n_heads=2, vocab_size=480)
 SPEC = StageSpec(8, 8, 8, 2, 3, shuffle=True)
@@ -177,8 +178,8 @@ def test_the_training_loop_s_stall_rule_is_the_replayed_one(window):
 
 
 def test_the_seed_table_counts_passes_at_the_first_attempt_and_with_retries_and_steps_to_target(tmp_path):
-    from vlbind.files import write_json
-    from vlbind.tables import seed_table, unit_outcomes
+    from vlbind.core.files import write_json
+    from vlbind.evaluation.tables import seed_table, unit_outcomes
 
     cfg = {"target_accuracy": 0.95, "pass_accuracy": 0.95}
     runs = {  # per seed: the 2..2 length (steps, best, attempts), then the stage's own (steps, best, attempts)
@@ -286,7 +287,7 @@ def test_the_paper_config_s_stall_window_ends_no_recorded_paper_size_escape():
 def test_a_noise_control_trains_the_steps_and_lr_of_the_attempt_its_twin_kept(tmp_path):
     """attempts.as_long_as: from a twin that kept its second attempt (the first poisoned), the control trains that
     attempt's steps at its lr (0.3 x), one attempt, no stop before its last step, whatever its validation does."""
-    from vlbind.attempts import as_long_as
+    from vlbind.training.attempts import as_long_as
 
     model, calls = fresh(), []
     twin = train_unit(model, SPEC, CFG, tmp_path / "twin", stage="noise_text",

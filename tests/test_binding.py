@@ -9,10 +9,10 @@ import torch.nn.functional as F
 from test_dense import IMAGE_SPEC, TEXT_SPECS, tiny
 from test_vision import make_bank
 
-from vlbind.losses import binding_targets, prompt_loss, training_loss
-from vlbind.tasks import GROUNDING, IMAGE, Role, generate, pack_queries
-from vlbind.train import TrainConfig
-from vlbind.vocab import VOCAB
+from vlbind.core.vocab import VOCAB
+from vlbind.data.tasks import GROUNDING, IMAGE, Role, generate, pack_queries
+from vlbind.training.config import TrainConfig
+from vlbind.training.losses import binding_targets, prompt_loss, training_loss
 
 
 def expected_bindings(b, i, objects=None) -> list[tuple[int, int]]:

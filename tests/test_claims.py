@@ -4,7 +4,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from vlbind.claims import FAILS_WITHIN, MIN_GAIN, claims_table
+from vlbind.evaluation.claims import FAILS_WITHIN, MIN_GAIN, claims_table
 
 LENGTHS = range(2, 13)  # in distribution 2..8, OOD 9..12
 OOD_CHANCE = np.mean([1 / n for n in range(9, 13)])

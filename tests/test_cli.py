@@ -50,11 +50,11 @@ def test_image_stage_prints_its_text_form_without_a_bank_and_images_with_one(tmp
     assert proc.returncode == 0 and "text form" in proc.stderr and len(proc.stdout.splitlines()) == 5
     assert all(solve(line.split("\t")[0]) == line.split("\t")[1] for line in proc.stdout.splitlines())
 
-    from vlbind.encoders import EncoderSpec, extract
-    from vlbind.render import RenderConfig, render_bank
+    from vlbind.data.render import RenderConfig, render_bank
+    from vlbind.vision.encoders import EncoderSpec, extract
     render_bank(RenderConfig(size=64, renderings=1), tmp_path / "bank")
     spec = EncoderSpec("vit_tiny_patch16_224", pretrained=False, grid=2, model_kwargs={"img_size": 64})
-    extract(spec, tmp_path / "bank" / "images", 104, tmp_path / "f.npy")
+    extract(spec, tmp_path / "bank" / "images", 104, tmp_path / "f.npy", batch_size=32)
     proc = sample("--stage", "image", "--count", "5", "--kind", "retrieval", "--bank", str(tmp_path / "bank"),
                   "--features", str(tmp_path / "f.npy"))
     assert proc.returncode == 0, proc.stderr
@@ -86,7 +86,7 @@ def test_a_training_history_log_keeps_the_lines_of_a_killed_attempt(tmp_path):
     beside the resume state keeps every attempt."""
     import logging
 
-    from vlbind.logs import setup_logging
+    from vlbind.core.logs import setup_logging
 
     rule_log, history = tmp_path / "logs" / "job.log", tmp_path / "models" / "train.log"
     try:

@@ -8,7 +8,7 @@ import pytest
 import yaml
 
 from vlbind import config as vlconfig
-from vlbind import schema as vlschema
+from vlbind.core import schema as vlschema
 
 ROOT = Path(__file__).resolve().parents[1]
 SOURCES = {"[paper]", "[assumption]", "[changed]", "[ours]", "[tool]"}

@@ -16,15 +16,15 @@ import yaml
 from test_config_reference import ROOT
 
 from vlbind import config as vlconfig
-from vlbind import schema as vlschema
-from vlbind.encoder_pretrain import PretrainConfig
-from vlbind.evaluate import EvalConfig
-from vlbind.model import ModelConfig
+from vlbind.core import schema as vlschema
+from vlbind.core.settings import DEFAULTS_FILE, SETTINGS, config_defaults
+from vlbind.data.render import RenderConfig
+from vlbind.data.tasks import StageSpec
+from vlbind.evaluation.evaluate import EvalConfig
+from vlbind.model.transformer import ModelConfig
 from vlbind.qwen.binding import BindingConfig
-from vlbind.render import RenderConfig
-from vlbind.settings import DEFAULTS_FILE, SETTINGS, config_defaults
-from vlbind.tasks import StageSpec
-from vlbind.train import TrainConfig
+from vlbind.training.config import TrainConfig
+from vlbind.vision.pretrain import PretrainConfig
 
 PAPER = vlconfig.load([ROOT / "config/config.yaml"])
 # A config value of another kind than the field's: the config holds what the field is resolved from.
@@ -232,3 +232,13 @@ def test_config_yaml_s_header_lists_every_setting_it_leaves_to_the_schema_at_the
     written = {f"train.{k}" for k in PAPER["train"]} | {f"task.{k}" for k in PAPER["task"]}
     assert listed == {k: v for k, v in schema.items() if k not in written}
     assert "train.stall_steps 5000" in header and PAPER["train"]["stall_steps"] == 5000  # the one written, named
+
+
+def test_the_paper_task_draws_from_the_whole_vocabulary():
+    """config.yaml's task sizes (the paper's: every color, shape and item after text_s1) and the vocabulary's token
+    groups are one number each, checked against each other; a color token stands for one web-safe color."""
+    from vlbind.core.vocab import WEB_SAFE, Vocab
+
+    task = PAPER["task"]
+    assert (task["n_colors"], task["n_shapes"], task["n_items"]) == (Vocab.n_colors, Vocab.n_shapes, Vocab.n_items)
+    assert Vocab.n_colors == len(WEB_SAFE)

@@ -12,11 +12,11 @@ import torch.nn.functional as F
 from test_tasks import solve
 from test_vision import make_bank, solve_image_prompt
 
-from vlbind.inference import answer_logits
-from vlbind.losses import prompt_loss
-from vlbind.model import ModelConfig, Transformer
-from vlbind.tasks import IMAGE, Role, StageSpec, assemble, by_length, generate, pack_queries, prompt_text
-from vlbind.vocab import VOCAB
+from vlbind.core.vocab import VOCAB
+from vlbind.data.tasks import IMAGE, Role, StageSpec, assemble, by_length, generate, pack_queries, prompt_text
+from vlbind.model.inference import answer_logits
+from vlbind.model.transformer import ModelConfig, Transformer
+from vlbind.training.losses import prompt_loss
 
 TEXT_SPECS = {
     "retrieval": StageSpec(216, 216, 32, 2, 8, shuffle=True),
@@ -184,8 +184,9 @@ def test_by_length_cuts_only_padding_and_keeps_every_prompt(solo):
 def test_a_step_on_sub_batches_gives_the_whole_batchs_loss_and_gradients(tmp_path, binding_loss):
     """train.sub_batch_tokens: the loss and every gradient of a batch run as length-sorted sub-batches against the same
     batch run whole, on text and image prompts, with solo practice and the binding loss."""
-    from vlbind.optim import make_optimizer
-    from vlbind.train import TrainConfig, _step
+    from vlbind.training.config import TrainConfig
+    from vlbind.training.loop import _step
+    from vlbind.training.optim import make_optimizer
 
     cfg = TrainConfig(queries="all", binding_loss=binding_loss, warmup_steps=1)
     solo = generate(replace(TEXT_SPECS["retrieval"], solo_fraction=0.5), 48, np.random.default_rng(8))

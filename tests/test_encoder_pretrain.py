@@ -1,4 +1,4 @@
-"""Pretraining mini's frozen encoder on renderings (vlbind.encoder_pretrain) and loading it for extraction."""
+"""Pretraining mini's frozen encoder on renderings (vlbind.vision.pretrain) and loading it for extraction."""
 
 import json
 
@@ -7,9 +7,9 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from vlbind.encoder_pretrain import PretrainConfig, pretrain, render_set
-from vlbind.encoders import EncoderSpec, load_encoder
-from vlbind.render import SHAPES, RenderConfig, layout_objects
+from vlbind.data.render import SHAPES, RenderConfig, layout_objects
+from vlbind.vision.encoders import EncoderSpec, load_encoder
+from vlbind.vision.pretrain import PretrainConfig, pretrain, render_set
 
 TINY = PretrainConfig(renderings=2, held_out=0.25, epochs=1, batch_size=16)
 

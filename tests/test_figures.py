@@ -125,9 +125,9 @@ def test_a_retried_run_is_marked_in_every_figure_that_shows_a_result(tmp_path):
     that did not retry are not marked; the evaluation table's `retries` counts the units that retried (its lineage's
     meta.json), ood_accuracy.csv's retried_runs, the closing summary and claims.csv's n_retried count the run,
     circuits.csv carries it (test_smoke_dag)."""
-    from vlbind.claims import claims_table
-    from vlbind.outcomes import DivergenceRule, with_verdicts
-    from vlbind.tables import ood_summary, run_summary
+    from vlbind.evaluation.claims import claims_table
+    from vlbind.evaluation.outcomes import DivergenceRule, with_verdicts
+    from vlbind.evaluation.tables import ood_summary, run_summary
 
     metas = {"text_s1": {"stage": "text_s1"}, "text_s4": {"stage": "text_s4", "ramp": [{"attempts": [{}, {}]}]},
              "image_text": {"stage": "image_text", "attempts": [{}, {}, {}]}}  # a ramp length and a stage retried

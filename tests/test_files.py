@@ -9,12 +9,12 @@ import pytest
 import torch
 from test_train import CFG, SPEC, fresh, kill_at
 
-from vlbind.bank import ImageBank
-from vlbind.checkpoint import load_model, save_model
-from vlbind.files import CorruptFileError
-from vlbind.render import RenderConfig, layout_objects
-from vlbind.resume import RESUME_FILE
-from vlbind.train import train_attempt
+from vlbind.core.files import CorruptFileError
+from vlbind.data.bank import ImageBank
+from vlbind.data.render import RenderConfig, layout_objects
+from vlbind.model.checkpoint import load_model, save_model
+from vlbind.training.loop import train_attempt
+from vlbind.training.resume import RESUME_FILE
 
 
 def truncate(path, keep=0.5):
@@ -87,7 +87,7 @@ def test_a_damaged_features_index_names_itself(bank_files, text):
 
 
 def test_a_damaged_meta_json_names_itself_in_the_training_table(tmp_path):
-    from vlbind.tables import training_summary
+    from vlbind.evaluation.tables import training_summary
 
     (tmp_path / "meta.json").write_text('{"stage": "text_s1", "ste')
     with pytest.raises(CorruptFileError, match="meta.json is not a readable model meta.json"):

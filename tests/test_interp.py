@@ -6,8 +6,8 @@ import pytest
 import torch
 from test_tasks import keys_in_context_order, solve
 
-from vlbind.hooks import patch_hook
-from vlbind.inference import model_inputs
+from vlbind.core.vocab import VOCAB
+from vlbind.data.tasks import Role, prompt_text
 from vlbind.interp.circuits import circuit_label, effect
 from vlbind.interp.interchange import (
     LABELS,
@@ -22,12 +22,12 @@ from vlbind.interp.interchange import (
 )
 from vlbind.interp.knockout import MATCHING, accuracy_with_knockout, edge_mask, knockout_table
 from vlbind.interp.layer_relevance import block_cosines, skip_accuracy, spearman
+from vlbind.interp.mechanisms import first_spike
 from vlbind.interp.probes import ProbeConfig, fit_and_score, probe_table
 from vlbind.interp.prompts import analysis_prompts
-from vlbind.mechanisms import first_spike
-from vlbind.model import ModelConfig, Transformer
-from vlbind.tasks import Role, prompt_text
-from vlbind.vocab import VOCAB
+from vlbind.model.hooks import patch_hook
+from vlbind.model.inference import model_inputs
+from vlbind.model.transformer import ModelConfig, Transformer
 
 
 @pytest.fixture(scope="module")
@@ -142,7 +142,7 @@ def test_cached_all_layer_patching_equals_full_forward_patching_layer_by_layer(m
 
 def test_kv_cache_extension_equals_the_full_forward(model):
     """Transformer.extend over cached keys/values gives the full forward's last positions."""
-    from vlbind.hooks import cache_hook
+    from vlbind.model.hooks import cache_hook
     b = analysis_prompts(8, seed=6, order="shuffled")[0]
     tokens, positions, _ = model_inputs(b, "cpu")
     store = {}
@@ -253,7 +253,7 @@ def with_a_late_copy(model, scale=1e4, sharpness=1e3):
     and [ANSWER] holds nothing of it until the last block, as the seed-0 image runs of docs/results/mini do."""
     from dataclasses import replace
 
-    from vlbind.model import Block, Transformer
+    from vlbind.model.transformer import Block, Transformer
 
     n, d, heads = model.cfg.n_layers, model.cfg.d_model, model.cfg.n_heads
     copy = Transformer(replace(model.cfg, n_layers=n + 1)).eval()
@@ -352,7 +352,7 @@ def test_blocking_every_edge_out_of_answer_makes_the_answer_blind(model):
         is_answer = b.roles == Role.ANSWER
         masks.append(is_answer[:, :, None] & np.tril(np.ones((T, T), bool), k=-1)[None])
     acc = accuracy_with_knockout(model, batches, masks)
-    from vlbind.hooks import knockout_hook
+    from vlbind.model.hooks import knockout_hook
     b, m = batches[0], torch.as_tensor(masks[0])
     tokens, positions, _ = model_inputs(b, "cpu")
     with torch.no_grad(), model.hooks([(f"blocks.{i}.attn.hook_attn_scores", knockout_hook(m)) for i in range(3)]):
@@ -419,7 +419,7 @@ def test_skipping_no_block_changes_nothing_and_skipping_one_equals_leaving_it_ou
     assert skip_accuracy(model, batches, None) == np.concatenate(hits).mean()
     b = batches[0]
     tokens, positions, _ = model_inputs(b, "cpu")
-    from vlbind.hooks import skip_block_hooks
+    from vlbind.model.hooks import skip_block_hooks
     with torch.no_grad():
         with model.hooks(skip_block_hooks(1)):
             skipped = model(tokens, positions)
@@ -455,8 +455,8 @@ def test_spearman():
 
 @pytest.mark.parametrize("order", ["fixed", "shuffled"])
 def test_analysis_prompts_and_interchange_pairs_follow_the_order(order):
+    from vlbind.data.tasks import in_order
     from vlbind.interp.interchange import INTERCHANGE_SPEC
-    from vlbind.tasks import in_order
 
     texts = [prompt_text(b, i) for b in analysis_prompts(64, seed=8, order=order) for i in range(len(b))]
     pairs = make_pairs(64, np.random.default_rng(9), in_order(INTERCHANGE_SPEC, order))

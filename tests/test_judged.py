@@ -1,6 +1,6 @@
 """What a stage's rules read (train.Validation, StageSpec.judged): validation per kind of prompt where a stage mixes
 kinds, the stall rule's at-chance clause on the judged part, the steps a stalled attempt gives back to its retry
-(vlbind.attempts), and a window that cannot fire before its cap as a config error."""
+(vlbind.training.attempts), and a window that cannot fire before its cap as a config error."""
 
 from dataclasses import replace
 from pathlib import Path
@@ -13,13 +13,14 @@ from test_attempts import RETRIES, naive_stall_end, stall_settings
 from test_vision import make_bank, tiny
 
 from vlbind import config as vlconfig
-from vlbind.attempts import stall_end, train_unit
-from vlbind.checkpoint import load_model
-from vlbind.inference import correct
-from vlbind.resume import RESUME_FILE
-from vlbind.tables import training_summary
-from vlbind.tasks import GROUNDING, IMAGE, RETRIEVAL, TEXT, StageSpec
-from vlbind.train import PART, STALLED, TrainConfig, Validation, _Progress, train_attempt, validation_set
+from vlbind.data.tasks import GROUNDING, IMAGE, RETRIEVAL, TEXT, StageSpec
+from vlbind.evaluation.tables import training_summary
+from vlbind.model.checkpoint import load_model
+from vlbind.model.inference import correct
+from vlbind.training.attempts import stall_end, train_unit
+from vlbind.training.config import TrainConfig
+from vlbind.training.loop import PART, STALLED, Validation, _Progress, train_attempt, validation_set
+from vlbind.training.resume import RESUME_FILE
 
 ROOT = Path(__file__).resolve().parents[1]
 MIXED = StageSpec(n_colors=8, n_shapes=13, n_items=8, min_objects=2, max_objects=4, grounding_fraction=0.5,
@@ -258,7 +259,7 @@ def test_stall_margin_comes_from_the_divergence_section_and_reruns_only_where_it
 def test_the_training_loop_s_plateau_rule_is_the_replayed_one(patience, min_delta):
     """attempts.plateau_end, the plateau rule replayed on a curve, stops where _Progress.validate does and keeps the
     same best step, on a rising curve with noise (a seeded draw)."""
-    from vlbind.attempts import plateau_end
+    from vlbind.training.attempts import plateau_end
 
     rng = np.random.default_rng(1)
     accs = list(np.clip(1 - 0.8 * np.exp(-np.arange(1, 41) / 8) + rng.normal(0, 0.01, 40), 0, 1))

@@ -1,6 +1,9 @@
 """The library's modules import each other along one direction: no cycle, function-level imports included."""
 
 import ast
+import configparser
+import subprocess
+import sys
 from pathlib import Path
 
 SRC = Path(__file__).resolve().parents[1] / "src"
@@ -68,8 +71,8 @@ def test_the_cycle_finder_finds_a_cycle():
 def test_the_import_graph_sees_relative_and_function_level_imports():
     g = graph()
     assert "vlbind.config" in g["vlbind.cli"]  # `from . import config as vlconfig` inside a function
-    assert "vlbind.inference" in g["vlbind.interp.interchange"]  # `from ..inference import ...`
-    assert "vlbind.tasks" in g["vlbind.config"]  # a function-level import
+    assert "vlbind.model.inference" in g["vlbind.interp.interchange"]  # `from ..inference import ...`
+    assert "vlbind.data.tasks" in g["vlbind.config"]  # a function-level import
 
 
 def test_no_import_cycle_in_the_library():
@@ -78,7 +81,48 @@ def test_no_import_cycle_in_the_library():
 
 def test_no_cycle_hides_behind_type_checking_imports():
     """An import made for annotations only (`if TYPE_CHECKING:`) counts: it must point down too, so that no module
-    names a type from one that imports it (train.TrainConfig did, from losses, optim and resume: now train_config)."""
+    names a type from one that imports it (TrainConfig lives in training.config, below the loop, losses, optim and
+    resume that read it)."""
     typed = graph(typing=True)
     assert typed != graph()  # there are such imports, and the walk sees them
     assert cycle(typed) is None, " -> ".join(cycle(typed))
+
+
+CONTRACT = SRC.parent / ".importlinter"
+
+
+def contract_layers() -> list[str]:
+    """The layers of .importlinter's contract, top first."""
+    config = configparser.ConfigParser()
+    config.read(CONTRACT)
+    return [line.strip() for line in config["importlinter:contract:layers"]["layers"].splitlines() if line.strip()]
+
+
+def lint(tmp_path, layers: list[str] | None = None) -> tuple[int, str]:
+    """import-linter on the package with .importlinter's contract (or with `layers` in place of its layers): exit code
+    and report."""
+    config = configparser.ConfigParser()
+    config.read(CONTRACT)
+    if layers is not None:
+        config["importlinter:contract:layers"]["layers"] = "\n" + "\n".join(layers)
+    ini = tmp_path / "importlinter.ini"
+    with ini.open("w") as f:
+        config.write(f)
+    proc = subprocess.run([sys.executable, "-c", "import sys; from importlinter.cli import lint_imports; "
+                           f"sys.exit(lint_imports(config_filename={str(ini)!r}, no_cache=True, no_logo=True))"],
+                          capture_output=True, text=True, cwd=tmp_path)
+    return proc.returncode, proc.stdout + proc.stderr
+
+
+def test_the_package_keeps_its_layers(tmp_path):
+    """.importlinter's contract: each subpackage imports only from the layers below it, imports inside
+    functions and under TYPE_CHECKING included."""
+    code, report = lint(tmp_path)
+    assert code == 0, report
+
+
+def test_the_layer_check_sees_an_upward_import(tmp_path):
+    """The same check with two layers swapped fails, naming an import that crosses them: the linter reads the
+    package's imports, so the contract above can fail."""
+    code, report = lint(tmp_path, ["vlbind.core", "vlbind.data"])  # data imports core: upward once swapped
+    assert code != 0 and "vlbind.data" in report and "BROKEN" in report, report

@@ -1,10 +1,10 @@
-"""The layer rules both interchange tables are read with (vlbind.mechanisms), against a reading by hand."""
+"""The layer rules both interchange tables are read with (vlbind.interp.mechanisms), against a reading by hand."""
 
 import pandas as pd
 import pytest
 
 from vlbind.interp.interchange import LABELS as SCRATCH
-from vlbind.mechanisms import QWEN_LABELS, SCRATCH_LABELS, SYMBOLIC, first_spike, peak
+from vlbind.interp.mechanisms import QWEN_LABELS, SCRATCH_LABELS, SYMBOLIC, first_spike, peak
 from vlbind.qwen.binding import LABELS as QWEN
 
 #        layer:  0     1     2     3     4     5

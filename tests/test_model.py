@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 import torch
 
-from vlbind.hooks import cache_hook, knockout_hook, patch_hook, skip_block_hooks
-from vlbind.model import ModelConfig, Transformer, count_parameters, rope
-from vlbind.tasks import Role, StageSpec, generate
+from vlbind.data.tasks import Role, StageSpec, generate
+from vlbind.model.hooks import cache_hook, knockout_hook, patch_hook, skip_block_hooks
+from vlbind.model.transformer import ModelConfig, Transformer, count_parameters, rope
 
 TINY = ModelConfig(n_layers=3, d_model=32, d_ff=64, n_heads=2, vocab_size=500)
 
@@ -194,7 +194,7 @@ def test_position_beyond_table_is_a_clear_error(tiny):
 def test_answer_logits_checks_positions_on_the_host(tiny):
     """The check answer_logits makes from the batch's numpy positions (on CUDA, the model's own would wait for
     the device): a position beyond the table is the same clear error."""
-    from vlbind.inference import answer_logits
+    from vlbind.model.inference import answer_logits
 
     batch = generate(StageSpec(8, 8, 8, 2, 2), 2, np.random.default_rng(0))
     batch.positions[0, -1] = TINY.max_positions
@@ -207,10 +207,10 @@ def test_every_attention_call_runs_with_cudnn_attention_switched_off(tiny, monke
     model.SDPA_BACKENDS). A CPU cannot run that kernel, but it can see which kernels each call allows: every
     attention the model runs (a packed training step and its backward, validation, a plain forward, a KV-cache
     extension) allows flash, efficient and math attention and not cuDNN, and the switch is scoped to the call."""
-    from vlbind.inference import accuracy
-    from vlbind.losses import training_loss
-    from vlbind.tasks import pack_queries
-    from vlbind.train import TrainConfig
+    from vlbind.data.tasks import pack_queries
+    from vlbind.model.inference import accuracy
+    from vlbind.training.config import TrainConfig
+    from vlbind.training.losses import training_loss
 
     backends = torch.backends.cuda
     calls, phase = [], ["training"]
@@ -253,8 +253,8 @@ def test_the_smallest_vocab_size_the_config_accepts_embeds_every_token_an_image_
     from test_vision import make_bank
 
     from vlbind import config as vlconfig
-    from vlbind.inference import answer_logits
-    from vlbind.vocab import VOCAB
+    from vlbind.core.vocab import VOCAB
+    from vlbind.model.inference import answer_logits
 
     root = Path(__file__).resolve().parents[1]
     base = vlconfig.load([root / "config/config.yaml"])

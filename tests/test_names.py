@@ -1,4 +1,4 @@
-"""Every stage and variant name has one declaration (vlbind.stages); what else names them is derived from it or
+"""Every stage and variant name has one declaration (vlbind.core.stages); what else names them is derived from it or
 checked here, so that a new name missing anywhere fails one test. Analyses: vlbind.interp.ANALYSES, checked in
 test_interp."""
 
@@ -7,9 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from vlbind import claims, stages, tables
 from vlbind import config as vlconfig
-from vlbind import schema as vlschema
+from vlbind.core import schema as vlschema
+from vlbind.core import stages
+from vlbind.evaluation import claims, tables
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -42,7 +43,7 @@ def test_the_claims_name_only_declared_variants_and_every_variant_has_a_claim():
     arms = [*claims.TEXT_ARM, *claims.IMAGE_ARM, *claims.CURRICULUM_ARM, *claims.BIND_LOSS_ARM,
             *claims.NOISE_CONTROL_ARM]
     assert sorted(arms) == sorted(set(stages.VARIANT_STAGE) - {"text_bind_shuffled"})  # each in one arm
-    source = (ROOT / "src/vlbind/claims.py").read_text()
+    source = (ROOT / "src/vlbind/evaluation/claims.py").read_text()
     for variant in stages.VARIANT_STAGE:
         assert f'"{variant}"' in source, f"no claim reads {variant}"
 

@@ -70,7 +70,7 @@ def test_missing_weights_fail_at_once_naming_the_model(monkeypatch, tmp_path):
     monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
     t0 = time.time()
     with pytest.raises(QwenWeightsError, match="Qwen/Qwen2-VL-7B-Instruct") as e:
-        load(QwenModel("Qwen/Qwen2-VL-7B-Instruct", "qwen2_vl", "vlm", "Qwen2"))
+        load(QwenModel("Qwen/Qwen2-VL-7B-Instruct", "qwen2_vl", "vlm", "Qwen2"), "bfloat16")
     assert time.time() - t0 < 1 and "qwen.tiny" in str(e.value) and "HF_HOME" in str(e.value)
 
 

@@ -30,7 +30,7 @@ from test_workflow import (
 )
 
 from vlbind import config as vlconfig
-from vlbind import stages as vlstages
+from vlbind.core import stages as vlstages
 
 SMOKE = vlconfig.load([ROOT / "config/config.yaml", ROOT / "config/smoke.yaml"])
 RUNS = {v: vlconfig.variant_runs(SMOKE, v) for v in VARIANTS}  # text_only on both seeds, the others on seed 0

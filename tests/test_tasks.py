@@ -4,7 +4,8 @@
 import numpy as np
 import pytest
 
-from vlbind.tasks import (
+from vlbind.core.vocab import VOCAB
+from vlbind.data.tasks import (
     BY_COLOR,
     BY_SHAPE,
     GROUNDING,
@@ -17,7 +18,6 @@ from vlbind.tasks import (
     pack_queries,
     prompt_text,
 )
-from vlbind.vocab import VOCAB
 
 CURRICULUM = {
     "text_s1": StageSpec(8, 8, 8, 2, 2, shuffle=False, symmetric_fraction=0.5),
@@ -213,7 +213,8 @@ def test_validation_of_a_text_retrieval_stage_queries_by_color_and_grounding_kee
     """config.yaml's text stages train half their prompts queried by shape; their validation (the pass bar) asks by
     color only, the direction the paper evaluates. A grounding stage (both directions by definition) and an image
     stage keep the mix; a stage without symmetric prompts validates on its own task unchanged (mini's)."""
-    from vlbind.train import TrainConfig, validation_set
+    from vlbind.training.config import TrainConfig
+    from vlbind.training.loop import validation_set
 
     cfg = TrainConfig(val_size=512)
     text = StageSpec(symmetric_fraction=0.5, solo_fraction=0.5)

@@ -9,18 +9,19 @@ import pytest
 import torch
 from test_tasks import keys_in_context_order, solve
 
-from vlbind.attempts import train_stage
-from vlbind.checkpoint import load_model
-from vlbind.evaluate import EVAL_SPEC, EvalConfig, evaluate
-from vlbind.model import ModelConfig, Transformer
-from vlbind.optim import lr_at, make_optimizer, optimizer_step
-from vlbind.outcomes import ood_average
-from vlbind.resume import RESUME_FILE, resume_weights
-from vlbind.settings import NON_FINITE
-from vlbind.tables import training_summary
-from vlbind.tasks import BY_COLOR, RETRIEVAL, Role, StageSpec, generate, prompt_text
-from vlbind.train import TrainConfig, train_attempt
-from vlbind.vocab import VOCAB
+from vlbind.core.settings import NON_FINITE
+from vlbind.core.vocab import VOCAB
+from vlbind.data.tasks import BY_COLOR, RETRIEVAL, Role, StageSpec, generate, prompt_text
+from vlbind.evaluation.evaluate import EVAL_SPEC, EvalConfig, evaluate
+from vlbind.evaluation.outcomes import ood_average
+from vlbind.evaluation.tables import training_summary
+from vlbind.model.checkpoint import load_model
+from vlbind.model.transformer import ModelConfig, Transformer
+from vlbind.training.attempts import train_stage
+from vlbind.training.config import TrainConfig
+from vlbind.training.loop import train_attempt
+from vlbind.training.optim import lr_at, make_optimizer, optimizer_step
+from vlbind.training.resume import RESUME_FILE, resume_weights
 
 TINY = ModelConfig(n_layers=2, d_model=32, d_ff=64, n_heads=2, vocab_size=480)
 SPEC = StageSpec(8, 8, 8, 2, 3, shuffle=True)
@@ -380,7 +381,7 @@ def test_warmup_then_constant():
 
 def test_answer_logits_equal_the_full_forward_at_answer():
     """Training unembeds only the [ANSWER] rows; they must be exactly what the full forward gives there."""
-    from vlbind.inference import answer_logits
+    from vlbind.model.inference import answer_logits
 
     m = fresh()
     b = generate(SPEC, 4, np.random.default_rng(0))
@@ -442,7 +443,7 @@ def test_evaluation_scores_the_same_prompts_for_any_batch_size(tmp_path):
 def test_in_batches_splits_a_batch_into_its_prompts_cut_to_their_longest(tmp_path):
     """Against the batch itself: the pieces hold its prompts in order, each array cut where the piece's longest
     prompt ends, nothing but padding cut."""
-    from vlbind.tasks import in_batches
+    from vlbind.data.tasks import in_batches
 
     b = generate(StageSpec(216, 216, 32, 2, 8, shuffle=True), 23, np.random.default_rng(3))
     parts = in_batches(b, 5)
@@ -487,8 +488,8 @@ def test_two_order_evaluation_is_recomputed_prompt_by_prompt_from_the_text(tmp_p
 
 
 def test_ood_table_and_fig3_keep_the_orders_apart(tmp_path):
+    from vlbind.evaluation.tables import ood_table
     from vlbind.figures import fig3, fig8
-    from vlbind.tables import ood_table
 
     df = pd.concat([eval_table("text_only", "seed0", 0.99, 0.1).assign(order="fixed"),
                     eval_table("text_only", "seed0", 0.25, 0.05).assign(order="shuffled"),
@@ -505,7 +506,7 @@ def test_ood_table_and_fig3_keep_the_orders_apart(tmp_path):
 
 
 def test_run_summary_counts_runs_left_out():
-    from vlbind.tables import ood_table, run_summary
+    from vlbind.evaluation.tables import ood_table, run_summary
 
     df = pd.concat([eval_table("text_only", "seed0", 0.99, 0.2, min_in_distribution=0.95),
                     eval_table("text_only", "seed1", 0.99, 0.4, min_in_distribution=0.95),
@@ -524,8 +525,8 @@ def test_max_steps_zero_passes_the_starting_weights_through_and_scores_them(tmp_
     loaded, _ = load_model(tmp_path)
     for k, v in before.items():
         assert torch.equal(loaded.state_dict()[k], v)
-    from vlbind.inference import accuracy
-    from vlbind.train import validation_set
+    from vlbind.model.inference import accuracy
+    from vlbind.training.loop import validation_set
 
     assert meta["steps"] == 0 and meta["best_step"] == 0
     assert meta["best_val_accuracy"] == accuracy(m, validation_set(SPEC, cfg), "cpu")
@@ -545,7 +546,7 @@ def test_bad_train_config_names_the_key():
 
 
 def eval_table(variant, run, accuracy_in, accuracy_out, diverged=False, min_in_distribution=None):
-    from vlbind.outcomes import convergence
+    from vlbind.evaluation.outcomes import convergence
 
     t = pd.DataFrame({"n_objects": [2, 8, 9, 12], "accuracy": [accuracy_in] * 2 + [accuracy_out] * 2,
                       "in_distribution": [True, True, False, False]})
@@ -554,7 +555,7 @@ def eval_table(variant, run, accuracy_in, accuracy_out, diverged=False, min_in_d
 
 
 def test_convergence_rule_marks_runs_below_the_bar_only_when_set():
-    from vlbind.outcomes import convergence
+    from vlbind.evaluation.outcomes import convergence
 
     t = eval_table("text_only", "seed0", 0.9, 0.3)
     assert convergence(t, None) is None and convergence(t, 0.9) is None
@@ -565,7 +566,7 @@ def test_a_runs_verdicts_come_from_its_lineage_and_its_first_order():
     """with_verdicts, evaluate's columns: a stage whose best validation stayed at chance marks the run diverged
     (a ramped stage counts its lengths' steps as trained even when its own length took none), as does a length of
     its ramp that ended on non-finite steps; convergence is read on the first order only."""
-    from vlbind.outcomes import DivergenceRule, with_verdicts
+    from vlbind.evaluation.outcomes import DivergenceRule, with_verdicts
 
     rule = DivergenceRule(min_in_distribution=0.95)
     curve = pd.DataFrame({"step": [250], "val_accuracy": [0.27], "finite": [True]})
@@ -586,8 +587,8 @@ def test_a_runs_verdicts_come_from_its_lineage_and_its_first_order():
 
 
 def test_runs_below_the_bar_or_diverged_are_left_out_of_means_and_counted(tmp_path):
+    from vlbind.evaluation.tables import ood_summary
     from vlbind.figures import fig3, fig8
-    from vlbind.tables import ood_summary
 
     df = pd.concat([eval_table("text_only", "seed0", 0.99, 0.4, min_in_distribution=0.95),
                     eval_table("text_only", "seed1", 0.97, 0.2, min_in_distribution=0.95),
@@ -608,7 +609,7 @@ def test_runs_below_the_bar_or_diverged_are_left_out_of_means_and_counted(tmp_pa
 
 
 def test_a_stage_start_draws_its_first_batches_from_the_start_task(tmp_path, monkeypatch):
-    import vlbind.train as train
+    import vlbind.training.loop as train
 
     drawn, real = [], train.generate
     monkeypatch.setattr(train, "generate", lambda spec, *a, **k: drawn.append(spec) or real(spec, *a, **k))
@@ -634,7 +635,7 @@ def test_stage_params_carry_the_start_task_merged_over_the_stage_task():
 def test_a_job_logs_its_device_and_precision_first(caplog):
     import logging
 
-    from vlbind.device import job_device
+    from vlbind.core.device import job_device
 
     with caplog.at_level(logging.INFO, logger="vlbind"):
         assert job_device("cpu", 1) == ("cpu", "fp32")
@@ -648,7 +649,7 @@ def test_jobs_on_a_machine_with_several_gpus_spread_over_them(tmp_path, monkeypa
     again. And job_device gives a plain `cuda` job the GPU it claims, not cuda:0 for all."""
     import torch
 
-    from vlbind import device
+    from vlbind.core import device
 
     held = [device.claim_gpu(2, tmp_path) for _ in range(5)]
     assert [g for g, _ in held] == [0, 1, 0, 1, 0]

@@ -14,16 +14,17 @@ import pytest
 import torch
 import yaml
 
-from vlbind.bank import ImageBank
-from vlbind.checkpoint import load_model, save_model
-from vlbind.encoders import EncoderSpec, EncoderWeightsError, extract, load_encoder, normalizer, patch_tokens
-from vlbind.inference import answer_logits, model_inputs
-from vlbind.model import ModelConfig, Transformer
-from vlbind.outcomes import divergence
-from vlbind.render import SHAPES, WEB_SAFE, RenderConfig, hex_to_rgb, layout_objects, render, render_bank
-from vlbind.tasks import IMAGE, RETRIEVAL, TEXT, Role, StageSpec, generate
-from vlbind.train import TrainConfig, train_attempt
-from vlbind.vocab import VOCAB
+from vlbind.core.vocab import VOCAB
+from vlbind.data.bank import ImageBank
+from vlbind.data.render import SHAPES, WEB_SAFE, RenderConfig, hex_to_rgb, layout_objects, render, render_bank
+from vlbind.data.tasks import IMAGE, RETRIEVAL, TEXT, Role, StageSpec, generate
+from vlbind.evaluation.outcomes import divergence
+from vlbind.model.checkpoint import load_model, save_model
+from vlbind.model.inference import answer_logits, model_inputs
+from vlbind.model.transformer import ModelConfig, Transformer
+from vlbind.training.config import TrainConfig
+from vlbind.training.loop import train_attempt
+from vlbind.vision.encoders import EncoderSpec, EncoderWeightsError, extract, load_encoder, normalizer, patch_tokens
 
 ROOT = Path(__file__).resolve().parents[1]
 WHITE = np.array([255, 255, 255])
@@ -91,13 +92,13 @@ def test_default_encoders_give_patch_tokens_without_prefix(name, tmp_path):
     torch.manual_seed(0)
     model = load_encoder(spec)
     assert getattr(model, "num_prefix_tokens", 0) == expected[2]
-    index = extract(spec, tmp_path / "images", 2, tmp_path / "f.npy", model=model)
+    index = extract(spec, tmp_path / "images", 2, tmp_path / "f.npy", batch_size=2, model=model)
     feats = np.load(tmp_path / "f.npy", mmap_mode="r")
     assert feats.shape == (2, expected[0], expected[1]) and feats.dtype == np.float16
     assert (index["tokens_per_image"], index["dim"]) == expected[:2]
     # the same tokens as timm's own forward_features with the prefix dropped (CNN: the flattened map)
-    from vlbind.encoders import to_tensor
-    from vlbind.render import load_image
+    from vlbind.data.render import load_image
+    from vlbind.vision.encoders import to_tensor
     mean, std = normalizer(model)
     x = to_tensor(np.stack([load_image(tmp_path / "images", i) for i in range(2)]), mean, std)
     with torch.no_grad():
@@ -120,7 +121,7 @@ def test_grid_pooling_averages_patches():
 def test_pretrained_weights_missing_fail_at_once_with_help(monkeypatch, tmp_path):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))  # an empty cache
-    monkeypatch.setattr("vlbind.encoders._cached_weights", lambda name: None)
+    monkeypatch.setattr("vlbind.vision.encoders._cached_weights", lambda name: None)
     t0 = time.time()
     with pytest.raises(EncoderWeightsError, match="pretrained: false") as e:
         load_encoder(EncoderSpec("resnet18.a1_in1k"))
@@ -274,7 +275,7 @@ def test_vision_stage_starts_from_its_parent_exactly(tmp_path):
 def test_injected_nan_is_detected_as_divergence(tmp_path):
     """NaN weights after step 3: step 4's loss is not finite, its step skipped; allowed none, the stage ends at the
     next validation and the run counts as diverged."""
-    from vlbind.settings import NON_FINITE
+    from vlbind.core.settings import NON_FINITE
 
     model = tiny()
 
@@ -301,9 +302,9 @@ def test_validation_collapse_is_divergence_and_a_plateau_is_not():
 
 
 def test_a_stage_that_stays_at_chance_stalls_and_marks_the_run(tmp_path):
-    from vlbind.outcomes import STALLED
-    from vlbind.tables import ood_summary, run_summary
-    from vlbind.train import validation_set
+    from vlbind.evaluation.outcomes import STALLED
+    from vlbind.evaluation.tables import ood_summary, run_summary
+    from vlbind.training.loop import validation_set
 
     spec = StageSpec(min_objects=2, max_objects=8, n_items=8)
     cfg = TrainConfig(warmup_steps=1, batch_size=4, eval_every=2, val_size=64, max_steps=4, target_accuracy=None)
@@ -410,7 +411,7 @@ def test_bank_split_needs_a_rendering_left_for_training(tmp_path):
 
 
 def test_image_stage_validates_on_held_out_renderings_only(tmp_path, monkeypatch):
-    import vlbind.train as train
+    import vlbind.training.loop as train
 
     bank = make_bank(tmp_path, "per_object", dim=6, renderings=4)
     shown = {"train": set(), "val": set()}
@@ -442,7 +443,7 @@ def test_image_stage_validates_on_held_out_renderings_only(tmp_path, monkeypatch
 def test_a_missing_cairo_library_stops_rendering_naming_what_to_install(monkeypatch):
     import builtins
 
-    from vlbind.render import MissingSystemLibrary
+    from vlbind.data.render import MissingSystemLibrary
 
     real_import = builtins.__import__
 

@@ -19,8 +19,8 @@ import yaml
 
 from vlbind import captions as vlcaptions
 from vlbind import config as vlconfig
-from vlbind import schema as vlschema
-from vlbind import stages as vlstages
+from vlbind.core import schema as vlschema
+from vlbind.core import stages as vlstages
 
 ROOT = Path(__file__).resolve().parents[1]
 SNAKEMAKE = [sys.executable, "-m", "snakemake"]
@@ -222,11 +222,12 @@ def test_code_is_formatted_and_lint_free():
 
 def test_dag_building_and_figures_import_no_torch_and_no_consumer_imports_training():
     code = ("import sys, vlbind.config, vlbind.captions; assert 'matplotlib' not in sys.modules, 'matplotlib'; "
-            "import vlbind.figures, vlbind.qwen.figures, vlbind.outcomes, vlbind.tables, vlbind.interp; "
+            "import vlbind.figures, vlbind.qwen.figures, vlbind.evaluation.outcomes, vlbind.evaluation.tables; "
+            "import vlbind.interp; "
             "assert 'torch' not in sys.modules, 'torch imported'")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
-    consumers = [ROOT / "src/vlbind/evaluate.py", *(ROOT / "src/vlbind/interp").glob("*.py")]
+    consumers = [ROOT / "src/vlbind/evaluation/evaluate.py", *(ROOT / "src/vlbind/interp").glob("*.py")]
     assert not [p.name for p in consumers if re.search(r"from \.+train import", p.read_text())]
 
 
@@ -303,7 +304,7 @@ def test_settings_at_their_schema_default_are_left_out_of_stage_params():
 def test_bf16_on_a_cpu_without_bf16_instructions_warns_with_the_key_and_auto_picks_fp32(monkeypatch):
     import warnings
 
-    from vlbind import device
+    from vlbind.core import device
 
     precision = {"cuda": "bf16", "cpu": "bf16"}
     monkeypatch.setattr(device, "cpu_has_bf16", lambda: False)

@@ -19,14 +19,14 @@ import sys
 
 import numpy as np
 
-from .settings import DEFAULTS_FILE
+from vlbind.core.settings import DEFAULTS_FILE
 
 
 def _sample(args) -> int:
-    from . import config as vlconfig
-    from .stages import STAGE_PARENTS
-    from .tasks import BY_COLOR, BY_SHAPE, GROUNDING, RETRIEVAL, TEXT, StageSpec, generate, prompt_text
-    from .vocab import VOCAB
+    from vlbind import config as vlconfig
+    from vlbind.core.stages import STAGE_PARENTS
+    from vlbind.core.vocab import VOCAB
+    from vlbind.data.tasks import BY_COLOR, BY_SHAPE, GROUNDING, RETRIEVAL, TEXT, StageSpec, generate, prompt_text
 
     cfg = vlconfig.load(args.config)
     if args.stage not in STAGE_PARENTS:
@@ -41,7 +41,7 @@ def _sample(args) -> int:
     by = None if args.query_by == "any" else {"color": BY_COLOR, "shape": BY_SHAPE}[args.query_by]
     bank, modality = None, None
     if args.bank or args.features:
-        from .bank import ImageBank
+        from vlbind.data.bank import ImageBank
 
         if not (args.bank and args.features):
             print("error: --bank and --features go together", file=sys.stderr)
@@ -61,9 +61,9 @@ def _sample(args) -> int:
 def _counterfactuals(spec, args) -> int:
     from dataclasses import replace
 
-    from .interp.interchange import make_pairs
-    from .tasks import prompt_text
-    from .vocab import VOCAB
+    from vlbind.core.vocab import VOCAB
+    from vlbind.data.tasks import prompt_text
+    from vlbind.interp.interchange import make_pairs
 
     if spec.max_objects < 5:
         print(f"error: stage {args.stage} has at most {spec.max_objects} objects; interchange pairs need 5",
@@ -78,7 +78,7 @@ def _counterfactuals(spec, args) -> int:
 
 
 def _check_config(args) -> int:
-    from . import config as vlconfig
+    from vlbind import config as vlconfig
 
     vlconfig.load(args.files)
     print(f"ok: {' + '.join(args.files)}")

@@ -10,9 +10,20 @@ from pathlib import Path
 
 import yaml
 
-from .schema import schema, schema_defaults
-from .settings import ConfigError, read_yaml  # ConfigError defined on the bottom floor so every module can raise it
-from .stages import CONTROLS, CURRICULUM, NOISE_CONTROL, STAGE_PARENTS, TEXT_STAGES, VARIANT_STAGE, VISION_STAGES
+from vlbind.core.schema import schema, schema_defaults
+from vlbind.core.settings import (  # ConfigError defined on the bottom floor so every module can raise it
+    ConfigError,
+    read_yaml,
+)
+from vlbind.core.stages import (
+    CONTROLS,
+    CURRICULUM,
+    NOISE_CONTROL,
+    STAGE_PARENTS,
+    TEXT_STAGES,
+    VARIANT_STAGE,
+    VISION_STAGES,
+)
 
 # Keys that were renamed: dotted old path -> the new key (`*` = any name, the same in both). A config holding an
 # old key fails naming the new one, not with the schema's "additional properties" message.
@@ -63,11 +74,11 @@ def validate(config: dict) -> dict:
     for stage, image_stage in CURRICULUM.items():
         if stage in config.get("stages", {}):
             raise _error(f"stages.{stage}", f"the curriculum control copies stages.{image_stage} with every context "
-                         f"in text (vlbind.stages.CURRICULUM); set stages.{image_stage} instead")
+                         f"in text (vlbind.core.stages.CURRICULUM); set stages.{image_stage} instead")
     for stage, twin in NOISE_CONTROL.items():
         if stage in config.get("stages", {}):
             raise _error(f"stages.{stage}", f"the noise control trains stages.{STAGE_PARENTS[stage]}'s task with "
-                         f"stages.{twin}'s settings for as long as {twin} trained (vlbind.stages.NOISE_CONTROL); "
+                         f"stages.{twin}'s settings for as long as {twin} trained (vlbind.core.stages.NOISE_CONTROL); "
                          f"set those stages instead")
     parsed = schema()
     errors = sorted(jsonschema.Draft7Validator(parsed).iter_errors(config), key=lambda e: list(e.absolute_path))
@@ -95,9 +106,9 @@ def validate(config: dict) -> dict:
 
 def _check_stall_windows(config: dict) -> None:
     """A stage with retries must let the stall rule fire before its cap, else a stalled attempt runs to the cap and
-    leaves its retry nothing (vlbind.attempts): the window opens at the first validation, or the start phase's last,
+    leaves its retry nothing (training.attempts): the window opens at the first validation, or the start phase's last,
     and fires `stall_steps` later."""
-    from .train_config import TrainConfig
+    from vlbind.training.config import TrainConfig
 
     for stage in set(STAGE_PARENTS) - set(NOISE_CONTROL):  # a noise control trains one attempt
         cfg = TrainConfig.from_section(stage_train(config, stage), seed=0, device="cpu", precision="fp32")
@@ -131,7 +142,7 @@ def _error(key: str, problem: str) -> ConfigError:
 def _stage_specs(config: dict) -> dict:
     """{config key: StageSpec} of every stage's task and start task; a task the library rejects is an error
     at that key."""
-    from .tasks import StageSpec
+    from vlbind.data.tasks import StageSpec
 
     specs = {}
     for name in STAGE_PARENTS:
@@ -148,7 +159,7 @@ def _stage_specs(config: dict) -> dict:
 
 
 def _check_stages(config: dict, specs: dict) -> None:
-    from .render import SHAPES
+    from vlbind.data.render import SHAPES
 
     rendered = {"n_colors": config["render"]["n_colors"], "n_shapes": len(SHAPES)}
     for key, spec in specs.items():
@@ -160,7 +171,7 @@ def _check_stages(config: dict, specs: dict) -> None:
         for n, have in rendered.items():
             if getattr(spec, n) > have:
                 raise _error(f"{key}.{n}", f"{getattr(spec, n)} is more than the image bank renders ({have}; "
-                             f"colors: render.n_colors, shapes: the {len(SHAPES)} of vlbind.render.SHAPES)")
+                             f"colors: render.n_colors, shapes: the {len(SHAPES)} of vlbind.data.render.SHAPES)")
 
 
 def _control_task(config: dict, control: str) -> dict:
@@ -184,7 +195,7 @@ def _check_controls(config: dict) -> None:
 
 
 def _check_model(config: dict, specs: dict) -> None:
-    from .tasks import max_position
+    from vlbind.data.tasks import max_position
 
     m = config["model"]
     if m["d_model"] % m["n_heads"] or (m["d_model"] // m["n_heads"]) % 2:
@@ -208,7 +219,7 @@ def _check_ranges(config: dict) -> None:
         values = _section(config, section)
         if lo in values and hi in values and values[lo] > values[hi]:
             raise _error(f"{section}.{lo}", f"{values[lo]} > {section}.{hi} ({values[hi]})")
-    from .render import RenderConfig
+    from vlbind.data.render import RenderConfig
 
     try:  # the rest of what the renderer accepts (e.g. canvas objects within the distinct colors)
         RenderConfig.from_dict(config["render"])
@@ -328,8 +339,8 @@ def stage_params(config: dict, stage: str, encoder: str | None = None) -> dict:
     if stage not in STAGE_PARENTS:
         raise ConfigError(f"unknown stage {stage!r}; valid: {sorted(STAGE_PARENTS)}")
     section = stage_section(config, stage)
-    from .tasks import StageSpec
-    from .train_config import TrainConfig
+    from vlbind.data.tasks import StageSpec
+    from vlbind.training.config import TrainConfig
 
     train = _beside_defaults(stage_train(config, stage), "train")
     if train["stall_margin"] == TrainConfig.stall_margin:  # config.yaml's: the rule's margin since it came (0.05)
@@ -361,7 +372,7 @@ def _beside_defaults(section: dict, definition: str) -> dict:
 
 
 def uses_images(config: dict, stage: str) -> bool:
-    from .tasks import StageSpec  # the one default of image_fraction (tasks.StageSpec: why there)
+    from vlbind.data.tasks import StageSpec  # the one default of image_fraction (tasks.StageSpec: why there)
 
     return stage_section(config, stage)["task"].get("image_fraction", StageSpec.image_fraction) > 0
 

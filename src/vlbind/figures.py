@@ -29,9 +29,9 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
 
-from .files import atomic_write  # noqa: E402
-from .outcomes import ood_average  # noqa: E402
-from .tables import VARIANT_ORDER, by_order, converged, is_diverged, is_unconverged, ood_summary  # noqa: E402
+from vlbind.core.files import atomic_write  # noqa: E402
+from vlbind.evaluation.outcomes import ood_average  # noqa: E402
+from vlbind.evaluation.tables import VARIANT_ORDER, by_order, converged, is_diverged, is_unconverged, ood_summary  # noqa: E402
 
 VARIANT_COLORS = dict(zip(VARIANT_ORDER, sns.color_palette("tab10", len(VARIANT_ORDER))))
 
@@ -126,7 +126,7 @@ def _count(n: int, noun: str) -> str:
 
 def _runs_used(s: pd.Series) -> str:
     """'k of n runs': how many of a variant's runs its mean uses (FIG3_RUNS_NOTE says why the others are not), and
-    ', r retried' where r of them needed a retry (vlbind.attempts)."""
+    ', r retried' where r of them needed a retry (vlbind.training.attempts)."""
     retried = int(getattr(s, "retried_runs", 0))
     return f"{int(s.runs)} of {int(s.runs + s.diverged_runs + s.unconverged_runs)} runs" + (
         f", {retried} retried" if retried else "")
@@ -159,7 +159,7 @@ def fig8(df: pd.DataFrame, path: str | Path, note: str = "") -> pd.DataFrame:
     return save(fig, path, note)
 
 
-RETRIED = " (retried)"  # after a run's name in the analyses' figures: its training retried a stage (vlbind.attempts)
+RETRIED = " (retried)"  # after a run's name in the analyses' figures: its training retried a stage (training.attempts)
 
 
 def mark_retried(df: pd.DataFrame, retried: set[tuple[str, str]]) -> pd.DataFrame:
@@ -172,13 +172,13 @@ def mark_retried(df: pd.DataFrame, retried: set[tuple[str, str]]) -> pd.DataFram
 def retried_note(retried: set[tuple[str, str]]) -> str:
     """The footnote line naming the runs whose training retried a stage; empty where none did."""
     runs = ", ".join(f"{v}/{r}" for v, r in sorted(retried))
-    return f"Retried (our retry rule; vlbind.attempts): {runs}." if retried else ""
+    return f"Retried (our retry rule; vlbind.training.attempts): {runs}." if retried else ""
 
 
 def steps_to_target(units: pd.DataFrame, order: list[str], path: str | Path, note: str = "") -> pd.DataFrame:
     """Steps to target per unit (tables.unit_outcomes) across runs, the units in `order` (tables.unit_order), one dot
     a run: filled where the unit passed (its steps, retries included), an x where it did not (the steps it spent),
-    ringed where it needed a retry. Not a figure of the paper (the retry rule is ours: vlbind.attempts). Returns what
+    ringed where it needed a retry. Not a figure of the paper (the retry rule is ours: training.attempts). Returns what
     it drew."""
     fig, ax = plt.subplots(figsize=(max(4.0, 0.55 * len(order) + 1.5), 3.2))
     rank, size = units.groupby("unit").cumcount(), units.groupby("unit")["unit"].transform("size")
@@ -202,7 +202,7 @@ def steps_to_target(units: pd.DataFrame, order: list[str], path: str | Path, not
 
 def fig7(objects: pd.DataFrame, image_dir: Path, path: str | Path, n: int = 24, seed: int = 0) -> pd.DataFrame:
     """A sheet of `n` example images of the bank, each titled with its objects' tokens and shapes."""
-    from .render import load_image
+    from vlbind.data.render import load_image
 
     rng = np.random.default_rng(seed)
     images = rng.choice(objects["image"].unique(), size=min(n, objects["image"].nunique()), replace=False)

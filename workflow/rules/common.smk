@@ -2,7 +2,7 @@
 import vlbind.interp
 from vlbind import captions as vlcaptions
 from vlbind import config as vlconfig
-from vlbind import stages as vlstages
+from vlbind.core import stages as vlstages
 
 try:
     vlconfig.validate(config)
@@ -61,7 +61,7 @@ def parent_model(wildcards):
 
 
 def noise_control_twin(wildcards):
-    """The meta.json of the stage a noise control trains as long as (vlbind.stages.NOISE_CONTROL), named `twin`
+    """The meta.json of the stage a noise control trains as long as (vlbind.core.stages.NOISE_CONTROL), named `twin`
     (for unpack()); none for other stages."""
     twin = vlstages.NOISE_CONTROL.get(wildcards.stage)
     return {"twin": model_file(wildcards.seed, twin, name="meta.json")} if twin else {}

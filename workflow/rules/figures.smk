@@ -25,7 +25,7 @@ rule accuracy_figures:
 rule training_table:
     input:
         meta=all_meta(),
-        code=f"{REPO}/src/vlbind/tables.py",
+        code=f"{REPO}/src/vlbind/evaluation/tables.py",
     output:
         csv=report(
             "results/tables/training.csv",
@@ -45,7 +45,7 @@ rule training_table:
 rule ood_table:
     input:
         tables=eval_tables(),
-        code=f"{REPO}/src/vlbind/tables.py",
+        code=f"{REPO}/src/vlbind/evaluation/tables.py",
     output:
         csv=report(
             "results/tables/ood_accuracy.csv",
@@ -95,7 +95,7 @@ rule seed_table:
                 for enc in (ENCODERS if wc.stage in vlstages.VISION_STAGES else [None])
             )
         ),
-        code=f"{REPO}/src/vlbind/tables.py",
+        code=f"{REPO}/src/vlbind/evaluation/tables.py",
     output:
         csv="results/tables/seeds/{stage}.csv",
         pdf="results/figures/seeds/{stage}.pdf",

@@ -54,7 +54,7 @@ rule claims:
     input:
         tables=eval_tables(),
         circuits=rules.circuits.output.csv,
-        code=f"{REPO}/src/vlbind/claims.py",
+        code=f"{REPO}/src/vlbind/evaluation/claims.py",
     output:
         csv=report(
             "results/tables/claims.csv",

@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from vlbind import captions, config, figures, tables
+from vlbind import captions, config, figures
+from vlbind.evaluation import tables
 
 ROOT = Path(__file__).resolve().parents[3]
 ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])

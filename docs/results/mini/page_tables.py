@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from vlbind.claims import PAPER_OOD, per_run
 from vlbind.config import run_name
-from vlbind.stages import CONTROLS, CURRICULUM, STAGE_PARENTS, VISION_STAGES, lineage
+from vlbind.core.stages import CONTROLS, CURRICULUM, STAGE_PARENTS, VISION_STAGES, lineage
+from vlbind.evaluation.claims import PAPER_OOD, per_run
 
 HERE = Path(__file__).resolve().parent
 
@@ -98,7 +98,7 @@ def stage_cell(r) -> str:
     why = {"target_accuracy": "target", "max_steps": "cap", "stalled": "stall rule"}.get(r.stopped_because,
                                                                                          r.stopped_because)
     cell = f"{r.steps + (r.ramp_steps or 0):,} ({why}), {r.best_val_accuracy:.3f}, {r.wall_minutes:.1f} min"
-    if r.attempts > 1:  # the retry rule (vlbind.attempts): the stage's own attempts, then its ramp lengths'
+    if r.attempts > 1:  # the retry rule (vlbind.training.attempts): the stage's own attempts, then its ramp lengths'
         cell += f", {r.attempts} attempts"
     if r.ramp_retries:
         cell += f", {r.ramp_retries} ramp retries"

@@ -11,7 +11,7 @@ import sys
 
 import pandas as pd
 
-from vlbind.attempts import plateau_end
+from vlbind.training.attempts import plateau_end
 
 PATIENCE = (4, 8, 12, 16, 20, 24, 32, 40)
 MIN_DELTA = (0.002, 0.004, 0.01)  # 0.002: one validation prompt of 512 (mini's val_size), the floor

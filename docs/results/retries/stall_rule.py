@@ -1,6 +1,6 @@
 """The stall rule replayed on recorded validation curves (docs/results/retries.md): for each stall window, which
 recorded attempts it would have ended, at which step, and the expected steps to pass per unit when a failed attempt
-is retried (vlbind.attempts.expected_steps_to_pass).
+is retried (vlbind.training.attempts.expected_steps_to_pass).
 
     python docs/results/retries/stall_rule.py mini     # mini's curves (curves/mini-5ad55f4.csv), mini's bars
     python docs/results/retries/stall_rule.py paper    # the paper-size curves (curves/paper-size.csv), bar 0.95
@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from vlbind.attempts import expected_steps_to_pass, replay, stall_end
+from vlbind.training.attempts import expected_steps_to_pass, replay, stall_end
 
 HERE = Path(__file__).parent
 MINI, PAPER = HERE / "curves/mini-5ad55f4.csv", HERE / "curves/paper-size.csv"

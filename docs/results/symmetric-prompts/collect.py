@@ -1,6 +1,6 @@
 """Issue 78's measurement: half of text_s2's and text_s3's prompts queried by shape against none, from the same text_s1
 parents, at mini, 4 seeds. Reads the arms' meta.json and writes this folder's tables with the DAG's own functions
-(vlbind.tables.unit_outcomes and seed_table, as the seed_table rule):
+(vlbind.evaluation.tables.unit_outcomes and seed_table, as the seed_table rule):
 
     python docs/results/symmetric-prompts/collect.py --none RESULTS... --half RESULTS...
 
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from vlbind import tables
+from vlbind.evaluation import tables
 
 STAGES = ["text_s1", "text_s2", "text_s3"]
 OUT = Path(__file__).resolve().parent

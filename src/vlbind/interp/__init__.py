@@ -3,8 +3,8 @@ attention knockouts, linear probes and layer relevance. All run on text prompts,
 
 from __future__ import annotations
 
-from ..device import autocast
-from ..settings import from_dict
+from vlbind.core.device import autocast
+from vlbind.core.settings import from_dict
 
 # Analysis name (config key interp.<name> holds its settings; module vlbind.interp.<name> its SETTINGS and `run`)
 # -> the figures drawn from its tables (vlbind.figures). Names only: the DAG is built from them without torch.
@@ -37,7 +37,7 @@ def settings(analysis: str, section: dict):
 def _module(analysis: str):
     """vlbind.interp.<analysis>, with its `SETTINGS` dataclass and `run(model, settings, device, order) -> (table,
     summary)`. Imported here, on call, by name: the analyses import torch, building the DAG does not."""
-    from . import interchange, knockout, layer_relevance, probes
+    from vlbind.interp import interchange, knockout, layer_relevance, probes
 
     modules = {"interchange": interchange, "knockout": knockout, "probes": probes, "layer_relevance": layer_relevance}
     if analysis not in ANALYSES:

@@ -23,9 +23,9 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from ..mechanisms import SCRATCH_LABELS as LABELS
-from ..mechanisms import first_spike
-from ..settings import config_defaults
+from vlbind.core.settings import config_defaults
+from vlbind.interp.mechanisms import SCRATCH_LABELS as LABELS
+from vlbind.interp.mechanisms import first_spike
 
 
 def effect(interchange: pd.DataFrame) -> pd.Series:

@@ -37,14 +37,24 @@ import numpy as np
 import pandas as pd
 import torch
 
-from ..hooks import hook_name, resid_name
-from ..inference import answer_logits, model_inputs
-from ..mechanisms import SCRATCH_LABELS
-from ..model import Transformer
-from ..settings import config_defaults
-from ..tasks import BY_COLOR, RETRIEVAL, Batch, StageSpec, assemble, generate, in_batches, in_order, text_retrieval_spec
+from vlbind.core.settings import config_defaults
+from vlbind.data.tasks import (
+    BY_COLOR,
+    RETRIEVAL,
+    Batch,
+    StageSpec,
+    assemble,
+    generate,
+    in_batches,
+    in_order,
+    text_retrieval_spec,
+)
+from vlbind.interp.mechanisms import SCRATCH_LABELS
+from vlbind.model.hooks import hook_name, resid_name
+from vlbind.model.inference import answer_logits, model_inputs
+from vlbind.model.transformer import Transformer
 
-LABELS = SCRATCH_LABELS  # vlbind.mechanisms: the vocabulary circuits.csv and table1.csv share
+LABELS = SCRATCH_LABELS  # vlbind.interp.mechanisms: the vocabulary circuits.csv and table1.csv share
 MECHANISMS = LABELS[:-1]  # the five a patched answer can follow; anything else is "mixed"
 # Text prompts of the full vocabulary with 5..8 objects (five distinct slots); sweep() sets the list's order.
 INTERCHANGE_SPEC = text_retrieval_spec(5, 8)

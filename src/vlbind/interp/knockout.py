@@ -21,12 +21,12 @@ import numpy as np
 import pandas as pd
 import torch
 
-from ..hooks import hook_name, knockout_hook
-from ..inference import accuracy, count_correct
-from ..model import Transformer
-from ..settings import config_defaults
-from ..tasks import Batch
-from .prompts import ROLES, analysis_prompts, slot_of_positions
+from vlbind.core.settings import config_defaults
+from vlbind.data.tasks import Batch
+from vlbind.interp.prompts import ROLES, analysis_prompts, slot_of_positions
+from vlbind.model.hooks import hook_name, knockout_hook
+from vlbind.model.inference import accuracy, count_correct
+from vlbind.model.transformer import Transformer
 
 # (source, target, same slot?) of appendix G's matching edges; [ANSWER]'s slot is the queried object's.
 MATCHING = [("query", "context color"), ("query", "context shape"), ("association shape", "context shape"),

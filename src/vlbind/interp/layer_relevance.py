@@ -13,12 +13,12 @@ import pandas as pd
 import torch
 import torch.nn.functional as F
 
-from ..hooks import hook_name, skip_block_hooks
-from ..inference import accuracy, model_inputs
-from ..model import Transformer
-from ..settings import config_defaults
-from ..tasks import Batch, Role
-from .prompts import analysis_prompts
+from vlbind.core.settings import config_defaults
+from vlbind.data.tasks import Batch, Role
+from vlbind.interp.prompts import analysis_prompts
+from vlbind.model.hooks import hook_name, skip_block_hooks
+from vlbind.model.inference import accuracy, model_inputs
+from vlbind.model.transformer import Transformer
 
 
 @torch.no_grad()

@@ -19,12 +19,12 @@ import numpy as np
 import pandas as pd
 import torch
 
-from ..hooks import resid_name
-from ..inference import model_inputs
-from ..model import Transformer
-from ..settings import config_defaults
-from ..tasks import Batch
-from .prompts import ROLES, analysis_prompts, slot_of_positions
+from vlbind.core.settings import config_defaults
+from vlbind.data.tasks import Batch
+from vlbind.interp.prompts import ROLES, analysis_prompts, slot_of_positions
+from vlbind.model.hooks import resid_name
+from vlbind.model.inference import model_inputs
+from vlbind.model.transformer import Transformer
 
 PROBE_ROLES = ("context color", "context shape", "association shape", "association item", "query", "answer")
 ATTRIBUTES = ("slot", "color", "shape", "item")

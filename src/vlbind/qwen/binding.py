@@ -54,17 +54,17 @@ import numpy as np
 import pandas as pd
 import torch
 
-from ..mechanisms import QWEN_LABELS, first_spike, peak
-from ..schema import check_fields
-from ..settings import config_defaults, from_dict
-from .models import decoder_layers
-from .prompts import Chat
-from .words import BOX_OBJECTS
+from vlbind.core.schema import check_fields
+from vlbind.core.settings import config_defaults, from_dict
+from vlbind.interp.mechanisms import QWEN_LABELS, first_spike, peak
+from vlbind.qwen.models import decoder_layers
+from vlbind.qwen.prompts import Chat
+from vlbind.qwen.words import BOX_OBJECTS
 
 log = logging.getLogger(__name__)
 
 LETTERS = tuple(chr(c) for c in range(ord("A"), ord("Z") + 1))
-LABELS = QWEN_LABELS  # vlbind.mechanisms: the vocabulary table1.csv and circuits.csv share
+LABELS = QWEN_LABELS  # vlbind.interp.mechanisms: the vocabulary table1.csv and circuits.csv share
 QUESTION = "Respond in one word, only the answer and nothing else: Which box is the {} in? Box"  # their SCHEMA_BOXES
 
 
@@ -205,8 +205,9 @@ def full_forward_patched(model, ids: torch.Tensor, layer: int, value: torch.Tens
         handle.remove()
 
 
-def interchange(model, tokenizer, pairs: list[BoxesPair], chat: Chat, *, filter_correct: bool = False,
-                layers_per_batch: int = 64, device: str = "cpu") -> pd.DataFrame:
+def interchange(model, tokenizer, pairs: list[BoxesPair], chat: Chat, *,
+                filter_correct: bool = BindingConfig.filter_correct,
+                layers_per_batch: int = BindingConfig.layers_per_batch, device: str = "cpu") -> pd.DataFrame:
     """One row per (pair, layer): the pair's entries q, c, s, w, whether the unpatched answer is right, the
     patched label, the patched logits over the entries (entry order) and the patched token (the prompt's last).
     With `filter_correct`, pairs answered wrongly unpatched are left out; `attrs['dropped']` counts them."""
@@ -295,8 +296,8 @@ def fit_mechanisms(table: pd.DataFrame, n_entries: int, seed: int = 0, epochs: i
                 "ratio_fit": lexical / w_pos.item() if w_pos.item() != 0 else float("nan")}
 
 
-def summarize(table: pd.DataFrame, n_entries: int, spike_fraction: float = 0.5, min_effect: float = 0.1,
-              fit: bool = True) -> dict:
+def summarize(table: pd.DataFrame, n_entries: int, spike_fraction: float = BindingConfig.spike_fraction,
+              min_effect: float = BindingConfig.min_effect, fit: bool = True) -> dict:
     """Peak layer (highest positional + symbolic share), the label shares there, the share ratio and (with
     `fit`) the fitted ratio, and the first-spike layer beside them; NaN where no pair was kept or no layer
     reaches min_effect."""

@@ -12,7 +12,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from ..figures import registry, save  # noqa: E402
+from vlbind.figures import registry, save  # noqa: E402
 
 TASK_TITLES = {"direct": "Direct Retrieval", "indirect": "Indirect Retrieval"}
 FIGURES: dict = {}  # the figures the Qwen rules draw by name

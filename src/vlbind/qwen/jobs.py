@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import logging
 
-from .models import MIN_TRANSFORMERS, QwenModel, load
-from .tiny import tiny
+from vlbind.qwen.models import MIN_TRANSFORMERS, QwenModel, load
+from vlbind.qwen.tiny import tiny
 
 
 class QwenJobError(RuntimeError):

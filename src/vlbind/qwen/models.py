@@ -17,7 +17,7 @@ from pathlib import Path
 
 import torch
 
-from ..settings import config_defaults, from_dict
+from vlbind.core.settings import config_defaults, from_dict
 
 CLASSES = {"qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM", "qwen2_vl": "Qwen2VLForConditionalGeneration",
            "qwen2_5_vl": "Qwen2_5_VLForConditionalGeneration", "qwen3_vl": "Qwen3VLForConditionalGeneration"}
@@ -69,8 +69,8 @@ def local_path(repo: str) -> str:
             "  3. set `qwen.tiny: true` for tiny random models (tests; the figures say so).") from None
 
 
-def load(spec: QwenModel, dtype: str = "bfloat16", device: str = "cpu"):
-    """(model in eval mode, tokenizer) of `spec`, read from local files only."""
+def load(spec: QwenModel, dtype: str, device: str = "cpu"):
+    """(model in eval mode, tokenizer) of `spec`, read from local files only, in `dtype` (config key qwen.dtype)."""
     import transformers
 
     path = local_path(spec.repo)

@@ -27,11 +27,11 @@ import numpy as np
 import pandas as pd
 import torch
 
-from ..interp.probes import ridge_inputs
-from ..settings import config_defaults, from_dict
-from .models import decoder_layers
-from .prompts import Chat
-from .words import COLOR_WORDS, ITEM_WORDS, SHAPE_WORDS
+from vlbind.core.settings import config_defaults, from_dict
+from vlbind.interp.probes import ridge_inputs
+from vlbind.qwen.models import decoder_layers
+from vlbind.qwen.prompts import Chat
+from vlbind.qwen.words import COLOR_WORDS, ITEM_WORDS, SHAPE_WORDS
 
 ROLES = ("context shape", "association shape")
 

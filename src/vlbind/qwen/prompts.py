@@ -28,8 +28,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..settings import config_defaults, from_dict
-from .words import CITIES, FOODS, NAMES
+from vlbind.core.settings import config_defaults, from_dict
+from vlbind.qwen.words import CITIES, FOODS, NAMES
 
 TASKS = ("direct", "indirect")
 

@@ -26,8 +26,8 @@ from transformers import (
     TopPLogitsWarper,
 )
 
-from ..settings import config_defaults
-from .prompts import Chat, RetrievalPrompt, is_correct
+from vlbind.core.settings import config_defaults
+from vlbind.qwen.prompts import Chat, RetrievalPrompt, is_correct
 
 log = logging.getLogger(__name__)
 

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import torch
 
-from .models import CLASSES
-from .words import BOX_OBJECTS, CITIES, COLOR_WORDS, FOODS, ITEM_WORDS, NAMES, SHAPE_WORDS
+from vlbind.qwen.models import CLASSES
+from vlbind.qwen.words import BOX_OBJECTS, CITIES, COLOR_WORDS, FOODS, ITEM_WORDS, NAMES, SHAPE_WORDS
 
 CONFIGS = {"qwen2": "Qwen2Config", "qwen3": "Qwen3Config", "qwen2_vl": "Qwen2VLConfig",
            "qwen2_5_vl": "Qwen2_5_VLConfig", "qwen3_vl": "Qwen3VLConfig"}

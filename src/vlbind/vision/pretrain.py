@@ -19,12 +19,12 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from .device import autocast
-from .encoders import normalizer, to_tensor
-from .files import atomic_write, write_json
-from .render import SHAPES, RenderConfig, layout_objects, placements, render
-from .schema import check_fields, schema_defaults
-from .settings import config_defaults, from_dict
+from vlbind.core.device import autocast
+from vlbind.core.files import atomic_write, write_json
+from vlbind.core.schema import check_fields, schema_defaults
+from vlbind.core.settings import config_defaults, from_dict
+from vlbind.data.render import SHAPES, RenderConfig, layout_objects, placements, render
+from vlbind.vision.encoders import normalizer, to_tensor
 
 log = logging.getLogger(__name__)
 

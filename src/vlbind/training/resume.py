@@ -1,8 +1,8 @@
 """A stage's resume state and what identifies it: the settings key a saved state is made with (`settings_key`:
 the stage's task, training settings, model, parent, starting weights), the atomic save of weights, best weights,
 optimizer and progress (`save_resume`, every `checkpoint_every` steps) and the load that refuses a state made with
-other settings or starting weights and moves a damaged one aside (`load_resume`). vlbind.train resumes from it;
-vlbind.attempts keys a ramp's lengths and a unit's attempts with the same key.
+other settings or starting weights and moves a damaged one aside (`load_resume`). vlbind.training.loop resumes from it;
+vlbind.training.attempts keys a ramp's lengths and a unit's attempts with the same key.
 """
 
 from __future__ import annotations
@@ -17,13 +17,13 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from .checkpoint import load_optimizer_tensors, load_tensors, optimizer_tensors, read_metadata, save_tensors
-from .files import CorruptFileError
-from .train_config import TrainConfig
+from vlbind.core.files import CorruptFileError
+from vlbind.model.checkpoint import load_optimizer_tensors, load_tensors, optimizer_tensors, read_metadata, save_tensors
+from vlbind.training.config import TrainConfig
 
 if TYPE_CHECKING:
-    from .model import Transformer
-    from .tasks import StageSpec
+    from vlbind.data.tasks import StageSpec
+    from vlbind.model.transformer import Transformer
 
 log = logging.getLogger(__name__)
 RESUME_FILE = "resume.safetensors"

@@ -12,7 +12,7 @@ import warnings
 from pathlib import Path
 from typing import IO
 
-from .settings import ConfigError
+from vlbind.core.settings import ConfigError
 
 
 def resolve_device(name: str) -> str:

@@ -34,8 +34,8 @@ from math import comb
 import numpy as np
 import pandas as pd
 
-from .stages import CONTROLS, CURRICULUM, NOISE_CONTROL, VARIANT_STAGE, VISION_STAGES
-from .tables import converged
+from vlbind.core.stages import CONTROLS, CURRICULUM, NOISE_CONTROL, VARIANT_STAGE, VISION_STAGES
+from vlbind.evaluation.tables import converged
 
 MIN_GAIN = 0.02  # an OOD difference of 2 points or less counts as no gain
 FAILS_WITHIN = 0.05  # OOD within 5 points of chance: the run fails beyond the training range
@@ -185,7 +185,7 @@ def _arm(belongs) -> list[str]:
     return [variant for variant, stage in VARIANT_STAGE.items() if belongs(stage)]
 
 
-# The variants by arm, read from the declared stages (vlbind.stages): the text arm, the image arm, the curriculum
+# The variants by arm, read from the declared stages (vlbind.core.stages): the text arm, the image arm, the curriculum
 # control, the binding-loss control on its parent's task (text_bind_shuffled, on shuffled lists, asks another
 # question: its own claim below).
 IMAGE_ARM = _arm(lambda stage: stage in VISION_STAGES)
@@ -295,6 +295,6 @@ def claims_table(evals: pd.DataFrame, circuits: pd.DataFrame) -> pd.DataFrame:
                "a_above_chance", "b_above_chance", "diff", "diff_se", "paper_diff", "p_sign", "per_run", "verdict",
                "rule", "n_retried"]
     retried = runs.groupby("variant")["retries"].apply(lambda r: int((r > 0).sum())).to_dict() if len(runs) else {}
-    for r in rows:  # runs of the row's variants whose training needed a retry (vlbind.attempts): disclosed
+    for r in rows:  # runs of the row's variants whose training needed a retry (vlbind.training.attempts): disclosed
         r["n_retried"] = sum(retried.get(v, 0) for v in f"{r.get('a') or ''}, {r.get('b') or ''}".split(", "))
     return pd.DataFrame([{"order": order, **r} for r in rows]).reindex(columns=columns)

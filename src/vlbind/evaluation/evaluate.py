@@ -1,6 +1,6 @@
 """Accuracy by number of objects, in and out of distribution (paper, section 4 and Figure 3).
 
-Evaluation uses text prompts of the full vocabulary (vlbind.vocab: 216 colors, 216 shapes, 32 items), queried by
+Evaluation uses text prompts of the full vocabulary (vlbind.core.vocab: 216 colors, 216 shapes, 32 items), queried by
 color (the paper's reported direction), without noise, with the association list in each of `orders`: shuffled (the
 paper's) and/or fixed (in context order, what a positional model trained without shuffling can solve; mini).
 The prompts come from a fixed evaluation seed, drawn at once for each length and order and scored in batches, so
@@ -16,11 +16,12 @@ import numpy as np
 import pandas as pd
 import torch
 
-from .inference import count_correct
-from .model import Transformer
-from .schema import check_fields
-from .settings import config_defaults
-from .tasks import BY_COLOR, RETRIEVAL, generate, in_batches, in_order, text_retrieval_spec
+from vlbind.core.schema import check_fields
+from vlbind.core.settings import config_defaults
+from vlbind.core.vocab import Vocab
+from vlbind.data.tasks import BY_COLOR, RETRIEVAL, generate, in_batches, in_order, text_retrieval_spec
+from vlbind.model.inference import count_correct
+from vlbind.model.transformer import Transformer
 
 
 @dataclass(frozen=True)
@@ -41,7 +42,7 @@ class EvalConfig:
             raise ValueError(f"EvalConfig needs min_objects <= max_objects, got {self.min_objects}..{self.max_objects}")
 
 
-EVAL_SPEC = text_retrieval_spec(2, 32)
+EVAL_SPEC = text_retrieval_spec(2, Vocab.n_items)  # up to every item bound
 
 
 @torch.no_grad()

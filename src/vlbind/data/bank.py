@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from .files import CorruptFileError, load_npy, read_json
+from vlbind.core.files import CorruptFileError, load_npy, read_json
 
 
 @dataclass

@@ -40,12 +40,12 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from .schema import check_fields, schema_defaults
-from .settings import config_defaults, from_dict
-from .vocab import VOCAB, Vocab
+from vlbind.core.schema import check_fields, schema_defaults
+from vlbind.core.settings import config_defaults, from_dict
+from vlbind.core.vocab import VOCAB, Vocab
 
 if TYPE_CHECKING:
-    from .bank import ImageBank
+    from vlbind.data.bank import ImageBank
 
 
 class Role(IntEnum):
@@ -102,7 +102,7 @@ class StageSpec:
     solo_fraction: float = _OPTIONAL["solo_fraction"]
 
     def __post_init__(self) -> None:
-        check_fields("task", self)  # types and ranges: the schema's (vocabulary sizes: vlbind.vocab's)
+        check_fields("task", self)  # types and ranges: the schema's (vocabulary sizes: vlbind.core.vocab's)
         if not 1 <= self.min_objects <= self.max_objects:
             raise ValueError(f"StageSpec needs 1 <= min_objects <= max_objects, got {self.min_objects}, "
                              f"{self.max_objects}")
@@ -139,7 +139,7 @@ class StageSpec:
 
 
 def text_retrieval_spec(min_objects: int, max_objects: int) -> StageSpec:
-    """The fixed prompts of evaluation and the analyses: the whole vocabulary (vlbind.vocab), shuffled association
+    """The fixed prompts of evaluation and the analyses: the whole vocabulary (vlbind.core.vocab), shuffled association
     lists, retrieval queried by color, no grounding, noise, images or practice; written out in full, so that no
     training default (config.yaml's `task`) reaches them."""
     return StageSpec(n_colors=VOCAB.n_colors, n_shapes=VOCAB.n_shapes, n_items=VOCAB.n_items, min_objects=min_objects,

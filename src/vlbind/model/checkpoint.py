@@ -15,8 +15,8 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import save_file
 
-from .files import CorruptFileError, atomic_write, read_json, write_json
-from .model import ModelConfig, Transformer
+from vlbind.core.files import CorruptFileError, atomic_write, read_json, write_json
+from vlbind.model.transformer import ModelConfig, Transformer
 
 MODEL_FILE, META_FILE, METRICS_FILE = "model.safetensors", "meta.json", "metrics.parquet"
 

@@ -11,12 +11,12 @@ from typing import TYPE_CHECKING
 import numpy as np
 import torch
 
-from .device import autocast
-from .model import Transformer, check_positions
-from .tasks import Batch
+from vlbind.core.device import autocast
+from vlbind.data.tasks import Batch
+from vlbind.model.transformer import Transformer, check_positions
 
 if TYPE_CHECKING:
-    from .bank import ImageBank
+    from vlbind.data.bank import ImageBank
 
 
 def model_inputs(batch: Batch, device, bank: ImageBank | None = None):

@@ -15,7 +15,7 @@ import yaml
 T = TypeVar("T")
 
 # why a stage stopped (meta.json's stopped_because): more than train.max_skipped_steps of its steps had a non-finite
-# loss or gradient (vlbind.train); outcomes.divergence marks such a run
+# loss or gradient (vlbind.training.loop); outcomes.divergence marks such a run
 NON_FINITE = "non_finite"
 
 
@@ -25,7 +25,7 @@ class ConfigError(ValueError):
 
 # config/config.yaml, the paper's configuration, shipped with the package (in the source tree a link to it): the one
 # home of the library's defaults, so `ModelConfig()` is the model config.yaml trains, installed or not
-DEFAULTS_FILE = Path(__file__).with_name("config.yaml")
+DEFAULTS_FILE = Path(__file__).parents[1] / "config.yaml"
 
 
 def read_yaml(text: str):

@@ -29,11 +29,11 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from .device import autocast
-from .files import atomic_write, write_json
-from .render import load_image
-from .schema import schema_defaults
-from .settings import config_defaults, from_dict
+from vlbind.core.device import autocast
+from vlbind.core.files import atomic_write, write_json
+from vlbind.core.schema import schema_defaults
+from vlbind.core.settings import config_defaults, from_dict
+from vlbind.data.render import load_image
 
 log = logging.getLogger(__name__)
 HUB_HOST = "huggingface.co"
@@ -156,10 +156,11 @@ def to_tensor(images: np.ndarray, mean: torch.Tensor, std: torch.Tensor) -> torc
 
 
 @torch.no_grad()
-def extract(spec: EncoderSpec, image_dir: Path, n_images: int, out: Path, *, batch_size: int = 32,
+def extract(spec: EncoderSpec, image_dir: Path, n_images: int, out: Path, *, batch_size: int,
             device: str = "cpu", precision: str = "fp32", model: torch.nn.Module | None = None) -> dict:
     """Encode images 0..n_images-1 of a bank once into `out` (.npy, float16, (N, tokens, features)) and
-    write its index `out.with_suffix('.json')`. Returns the index."""
+    write its index `out.with_suffix('.json')`, `batch_size` images per encoder pass (config key
+    vision.extract_batch_size). Returns the index."""
     model = (model or load_encoder(spec)).to(device)
     mean, std = normalizer(model)
     out = Path(out)

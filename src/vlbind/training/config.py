@@ -1,13 +1,14 @@
-"""The settings of one training attempt (config key `train`, merged per stage: config.stage_train): `TrainConfig`.
-Its own module, below everything that reads it (train, attempts, losses, optim, resume), so none of them imports
-another to name it; `vlbind.train.TrainConfig` is the same class."""
+"""The settings of one training attempt (config key `train`, merged per stage: config.stage_train): `TrainConfig`, and
+how many attempts a unit's meta.json records (`attempt_count`). Its own module, below everything that reads it (the
+loop, attempts, losses, optim, resume; the evaluation's tables), and torch-free, so that none of them imports another
+to name it."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .schema import check_fields, schema_defaults
-from .settings import config_defaults, from_dict
+from vlbind.core.schema import check_fields, schema_defaults
+from vlbind.core.settings import config_defaults, from_dict
 
 # The settings a config may leave out (not in the paper, or off there): their one default is the schema's
 # (schema.schema_defaults), which also keeps them out of a stage's params while they hold it.
@@ -44,7 +45,7 @@ class TrainConfig:
     keep: str = _OPTIONAL["keep"]  # weights kept: "best" validation (paper) or "last" step (module doc)
     # a length ramp (not in the paper; attempts.train_stage): min_objects alone first, one more at a time
     ramp: bool = _OPTIONAL["ramp"]
-    # the retry rule (not in the paper; vlbind.attempts): up to `attempts` attempts of a stage (or ramp length) that
+    # the retry rule (not in the paper; training.attempts): up to `attempts` attempts of a stage (or ramp length) that
     # ends below its pass bar (target_accuracy, else pass_accuracy), each retry at retry_lr_factor x the last one's
     # lr; with a retry left an attempt also ends on the stall rule (`stall_steps` steps without a validation gain of
     # `stall_gain`, or within stall_margin of chance), and gives its steps back to the cap
@@ -57,7 +58,7 @@ class TrainConfig:
     # chance for stall_steps steps after its start phase ends too. Not a `train` key: divergence.stall_margin, the
     # margin that marks a stage stalled at chance (config.stage_train); None: off
     stall_margin: float | None
-    attempt: int = 1  # which attempt this is (vlbind.attempts); from the second on it enters the data RNG
+    attempt: int = 1  # which attempt this is (vlbind.training.attempts); from the second on it enters the data RNG
     # the step runs the batch sorted by length, as sub-batches of at most this many positions, each cut to its
     # longest (the same loss with less padding; not in the paper; _step); None: whole. The config has a per-device
     # table (from_section)
@@ -77,7 +78,7 @@ class TrainConfig:
 
     @property
     def pass_bar(self) -> float | None:
-        """The validation accuracy an attempt must reach to pass (vlbind.attempts): target_accuracy, else
+        """The validation accuracy an attempt must reach to pass (vlbind.training.attempts): target_accuracy, else
         pass_accuracy; None: the stage cannot fail, so it is never retried."""
         return self.target_accuracy if self.target_accuracy is not None else self.pass_accuracy
 
@@ -93,3 +94,10 @@ class TrainConfig:
         sub_batch_tokens = train.get("sub_batch_tokens", {}).get(device.split(":")[0])
         per_device = {"precision": precision, "sub_batch_tokens": sub_batch_tokens}
         return cls.from_dict({**train, "seed": seed, **per_device})
+
+
+def attempt_count(meta: dict) -> int:
+    """How many attempts a unit trained under the retry rule (training.attempts), from its meta.json or its entry in a
+    ramp's `ramp` list; 1 for one made without the rule or where it did not apply."""
+    listed = meta.get("attempts", 1)
+    return len(listed) if isinstance(listed, list) else listed

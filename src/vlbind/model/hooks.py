@@ -1,6 +1,6 @@
 """Hook points and the hooks analyses attach to them, as in TransformerLens (`hook_points.py` there).
 
-A model's hook points are identity modules named by module path (vlbind.model's are
+A model's hook points are identity modules named by module path (vlbind.model.transformer's are
     blocks.{i}.hook_resid_pre, blocks.{i}.hook_resid_mid, blocks.{i}.hook_resid_post,
     blocks.{i}.hook_attn_out, blocks.{i}.hook_mlp_out,
     blocks.{i}.attn.hook_k, blocks.{i}.attn.hook_v (keys after RoPE, values: (B, heads, T, d_head)),

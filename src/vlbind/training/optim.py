@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import torch
 
-from .train_config import TrainConfig
+from vlbind.training.config import TrainConfig
 
 
 def make_optimizer(model: torch.nn.Module, cfg: TrainConfig) -> torch.optim.AdamW:

@@ -11,7 +11,7 @@ bf16: PyTorch's CPU flash-attention backward is ~10x slower in bf16 than in floa
 bf16 matrix multiplies are ~4x faster than float32 ones on a CPU with AVX512-BF16 (benchmarks/). On CUDA
 attention runs in the autocast dtype.
 
-Its hook points (vlbind.hooks) are named by module path, as in TransformerLens; `with model.hooks([(name, fn)]):`
+Its hook points (vlbind.model.hooks) are named by module path, as in TransformerLens; `with model.hooks([(name, fn)]):`
 attaches hooks for a block. `extend` (the attention's `past` branch) runs new tokens against a cached key/value
 prefix: the interchange sweep's fast path (interp/interchange.py), tested against full forward passes.
 """
@@ -28,8 +28,8 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from .hooks import HookFn, HookPoint, attached, cache_hook, hook_points
-from .settings import config_defaults
+from vlbind.core.settings import config_defaults
+from vlbind.model.hooks import HookFn, HookPoint, attached, cache_hook, hook_points
 
 # The kernels `scaled_dot_product_attention` may choose from, in PyTorch's order, cuDNN left out. On H100/H200
 # since torch 2.11 cuDNN is the default for an explicit `attn_mask`, and its backward returns NaN in grad_q when the
@@ -334,7 +334,7 @@ class Transformer(nn.Module):
         return hook_points(self)
 
     def hooks(self, fwd: Iterable[tuple[str, HookFn]]):
-        """`with model.hooks([(name, fn), ...]):` attaches hooks by name for the block (vlbind.hooks.attached)."""
+        """`with model.hooks([(name, fn), ...]):` attaches hooks by name for the block (vlbind.model.hooks.attached)."""
         return attached(self, fwd)
 
 

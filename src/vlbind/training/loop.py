@@ -1,6 +1,6 @@
 """One attempt at one task (`train_attempt`; appendix D.2): AdamW without weight decay, gradient clipping, linear
-warm-up then a constant learning rate (vlbind.optim), the losses of vlbind.losses, validation every `eval_every`
-steps and early stopping. A stage is one or more attempts (vlbind.attempts.train_stage: its ramp's lengths, retries).
+warm-up then a constant learning rate (training.optim), the losses of training.losses, validation every `eval_every`
+steps and early stopping. A stage is one or more attempts (training.attempts.train_stage: its ramp's lengths, retries).
 
 Validation reads the task a stage is judged on (`Validation`): where its prompts mix kinds (retrieval and grounding;
 image and text contexts), it records the accuracy of each kind, with its chance and prompt count, and every rule reads
@@ -8,10 +8,10 @@ the retrieval prompts' accuracy (`val_accuracy`; the mixed one is `val_accuracy_
 and guesses retrieval has learnt nothing of the task the DAG evaluates. A stage of one kind has one accuracy.
 
 An attempt stops at the first of: validation reaching `target_accuracy`, a plateau (no gain of `min_delta` over the
-best for `patience` validations), the stall rule (vlbind.attempts) or `max_steps`; `max_steps` 0 passes the starting
+best for `patience` validations), the stall rule (training.attempts) or `max_steps`; `max_steps` 0 passes the starting
 weights through, validated once. It keeps the weights of the best validation (`keep: "best"`, the paper's early
 stopping) or of the last step (`keep: "last"`: a fixed budget, for a task the starting model already solves). Its
-state (weights, optimizer, data RNG, curve) is saved atomically every `checkpoint_every` steps (vlbind.resume): a
+state (weights, optimizer, data RNG, curve) is saved atomically every `checkpoint_every` steps (training.resume): a
 killed run resumes to the weights of an uninterrupted one; a state made with other settings is discarded (a raised
 `max_steps` is not one). Dense supervision (`queries: "all"`, not in the paper): each training prompt queries every
 object of its context in one packed sequence (tasks.pack_queries); validation stays single-query.
@@ -36,15 +36,9 @@ import numpy as np
 import pandas as pd
 import torch
 
-from . import __version__
-from .checkpoint import save_model
-from .inference import correct
-from .losses import training_loss
-from .model import Transformer
-from .optim import lr_at, make_optimizer, optimizer_step
-from .resume import RESUME_FILE, fingerprint, load_resume, save_resume, settings_key
-from .settings import NON_FINITE
-from .tasks import (
+from vlbind import __version__
+from vlbind.core.settings import NON_FINITE
+from vlbind.data.tasks import (
     GROUNDING,
     IMAGE,
     RETRIEVAL,
@@ -57,10 +51,16 @@ from .tasks import (
     generate,
     pack_queries,
 )
-from .train_config import TrainConfig
+from vlbind.model.checkpoint import save_model
+from vlbind.model.inference import correct
+from vlbind.model.transformer import Transformer
+from vlbind.training.config import TrainConfig
+from vlbind.training.losses import training_loss
+from vlbind.training.optim import lr_at, make_optimizer, optimizer_step
+from vlbind.training.resume import RESUME_FILE, fingerprint, load_resume, save_resume, settings_key
 
 if TYPE_CHECKING:
-    from .bank import ImageBank
+    from vlbind.data.bank import ImageBank
 
 log = logging.getLogger(__name__)
 STALLED = "stalled"  # an attempt ended by the stall rule (TrainConfig.stall_steps), to be retried
@@ -279,7 +279,7 @@ class _Progress:
         weights if they are the best; return why the stage stops here, or None: more than max_skipped_steps skipped
         steps in the stage (the row's `finite` is then False), the target accuracy, an attempt's stall (STALLED: with a
         retry left and below its pass bar, no gain of stall_gain for stall_steps steps, or every validation within
-        stall_margin of chance for stall_steps steps after the start phase; vlbind.attempts), or a plateau (no gain
+        stall_margin of chance for stall_steps steps after the start phase; training.attempts), or a plateau (no gain
         of min_delta for `patience` validations, once validation has left chance by plateau_above_chance).
         `train_loss` is the mean over the steps that were not skipped."""
         trained, skipped = losses.double(), skips.bool()  # the one wait on the device between validations

@@ -9,8 +9,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from .outcomes import STALLED, attempt_count, ood_average
-from .stages import VARIANT_STAGE
+from vlbind.core.stages import VARIANT_STAGE
+from vlbind.evaluation.outcomes import STALLED, ood_average
+from vlbind.training.config import attempt_count
 
 # the paper's four, then the curriculum control (stages.CURRICULUM: the image arm's curriculum in text), then the
 # binding-loss control (stages.CONTROLS: text models given the image arm's binding loss), then the noise control
@@ -72,7 +73,7 @@ def ood_summary(df: pd.DataFrame) -> pd.DataFrame:
     reason = df["divergence"] if "divergence" in df else pd.Series("", index=df.index)
     stalled = df[is_diverged(df) & reason.str.contains(STALLED)].groupby("variant")["run"].nunique()
     out["stalled_runs"] = stalled.reindex(variants, fill_value=0).astype(int)  # of the diverged ones
-    retried = df[df["retries"] > 0] if "retries" in df else df.iloc[:0]  # the retry rule (vlbind.attempts)
+    retried = df[df["retries"] > 0] if "retries" in df else df.iloc[:0]  # the retry rule (vlbind.training.attempts)
     out["retried_runs"] = retried.groupby("variant")["run"].nunique().reindex(variants, fill_value=0).astype(int)
     return out.reindex([v for v in VARIANT_ORDER if v in out.index] + [v for v in out.index if v not in VARIANT_ORDER])
 
@@ -84,11 +85,11 @@ def training_summary(meta_paths: list[str | Path]) -> pd.DataFrame:
     (train.ramp) the steps of the lengths before its own (`ramp_steps`; `steps` and the step columns count its own
     length) and per length `ramp`: max_objects:steps:best validation accuracy; the retry rule's attempts of the
     stage's own length (`attempts`, the kept one the last that ran unless none passed; `steps` counts them all) and
-    the retries of its ramp's lengths (`ramp_retries`: attempts beyond the first, summed; vlbind.attempts). Where
+    the retries of its ramp's lengths (`ramp_retries`: attempts beyond the first, summed; training.attempts). Where
     validation mixes kinds of prompt (train.Validation), the part its rules read (`val_judged`: the best and kept
     accuracies and val_chance are that part's) and each part's kept accuracy, chance and prompts
     (`val_{part}_accuracy`, `..._chance`, `..._prompts`; empty in other rows)."""
-    from .files import read_json
+    from vlbind.core.files import read_json
 
     rows = []
     for p in meta_paths:
@@ -111,13 +112,13 @@ def training_summary(meta_paths: list[str | Path]) -> pd.DataFrame:
 
 
 def unit_outcomes(meta_paths: list[str | Path]) -> pd.DataFrame:
-    """One row per run and unit (vlbind.attempts: each length of a stage's ramp, `{stage}_n{n}`, then the stage's own
+    """One row per run and unit (training.attempts: each length of a stage's ramp, `{stage}_n{n}`, then the stage's own
     length, `stage`) from the stages' meta.json: its pass bar (the target_accuracy it trained to, else
     pass_accuracy; NaN: none), whether its best validation reached it (`passed`) and
     at the first attempt (`first_attempt`), its attempts, and `steps`: every step it trained, retries included, so for
     a unit that passed its steps to target; a ramped stage's own row counts its ramp's lengths too (`steps` of the
     whole stage). `order` keeps the units in training order."""
-    from .files import read_json
+    from vlbind.core.files import read_json
 
     rows = []
     for p in meta_paths:
@@ -165,7 +166,7 @@ def unit_order(units: pd.DataFrame, stage_order: list[str]) -> list[str]:
 def run_summary(ood_table: pd.DataFrame) -> str:
     """What the DAG prints when it finishes, from ood_accuracy.csv (columns order, variant, runs, ood_mean,
     ood_se, diverged_runs, unconverged_runs, retried_runs): per prompt order and variant, how many runs converged, the
-    mean ± SE of their OOD accuracy, and how many runs needed a retry (vlbind.attempts)."""
+    mean ± SE of their OOD accuracy, and how many runs needed a retry (vlbind.training.attempts)."""
     lines = ["runs converged and OOD accuracy (results/tables/ood_accuracy.csv):"]
     for r in ood_table.itertuples():
         total = r.runs + r.diverged_runs + r.unconverged_runs

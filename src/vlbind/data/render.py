@@ -28,13 +28,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from .schema import check_fields
-from .settings import config_defaults, from_dict
+from vlbind.core.schema import check_fields
+from vlbind.core.settings import config_defaults, from_dict
+from vlbind.core.vocab import SHAPES, WEB_SAFE
 
-SHAPES = ("rectangle", "circle", "hexagon", "triangle", "pentagon", "rhombus", "octagon", "star", "heart",
-          "semicircle", "cross", "arrow", "annulus")
-_LEVELS = ("00", "33", "66", "99", "cc", "ff")
-WEB_SAFE = tuple(f"#{r}{g}{b}" for r in _LEVELS for g in _LEVELS for b in _LEVELS)
 LAYOUTS = ("per_object", "canvas")
 
 
@@ -144,7 +141,7 @@ def rasterize(svg_text: str) -> np.ndarray:
     return np.asarray(Image.open(io.BytesIO(png)).convert("RGB"))
 
 
-def render(objects, size: int = 224) -> np.ndarray:
+def render(objects, size: int) -> np.ndarray:
     return rasterize(svg(objects, size))
 
 
@@ -197,7 +194,7 @@ def render_bank(cfg: RenderConfig, out_dir: Path, progress=None) -> pd.DataFrame
     """Render every image of the bank into `out_dir/images/` and write `out_dir/objects.parquet`."""
     from PIL import Image
 
-    from .files import atomic_write
+    from vlbind.core.files import atomic_write
 
     out_dir = Path(out_dir)
     (out_dir / "images").mkdir(parents=True, exist_ok=True)

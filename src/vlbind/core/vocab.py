@@ -15,6 +15,14 @@ import numpy as np
 
 SPECIALS = ("[PAD]", "[CONTEXTEND]", "[SEP]", "[QUESTION]", "[ANSWER]", "[NOISE]")
 
+# The image arm's visual vocabulary (vlbind.data.render draws it): the 13 renderable shapes, shape0001..shape0013's
+# pictures, and the 216 web-safe colors, color0001..color0216's. Here, below the schema, whose bounds on the render
+# section are their counts.
+SHAPES = ("rectangle", "circle", "hexagon", "triangle", "pentagon", "rhombus", "octagon", "star", "heart",
+          "semicircle", "cross", "arrow", "annulus")
+_LEVELS = ("00", "33", "66", "99", "cc", "ff")
+WEB_SAFE = tuple(f"#{r}{g}{b}" for r in _LEVELS for g in _LEVELS for b in _LEVELS)
+
 
 @dataclass(frozen=True)
 class Vocab:

@@ -16,13 +16,13 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from .inference import answer_logits
-from .tasks import BY_COLOR, RETRIEVAL, Batch, Role
-from .train_config import TrainConfig
+from vlbind.data.tasks import BY_COLOR, RETRIEVAL, Batch, Role
+from vlbind.model.inference import answer_logits
+from vlbind.training.config import TrainConfig
 
 if TYPE_CHECKING:
-    from .bank import ImageBank
-    from .model import Transformer
+    from vlbind.data.bank import ImageBank
+    from vlbind.model.transformer import Transformer
 
 
 def prompt_loss(logits: torch.Tensor, target: np.ndarray) -> torch.Tensor:

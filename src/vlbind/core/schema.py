@@ -1,5 +1,5 @@
 """The config schema (`config.schema.yaml`): its parsed form, with the stage and variant names filled in from
-vlbind.stages, and the defaults of the settings a config may leave out, the one home of those values (the task
+vlbind.core.stages, and the defaults of the settings a config may leave out, the one home of those values (the task
 and train dataclasses read them here). Below `config` and `tasks`, so both can use it; no torch."""
 
 from __future__ import annotations
@@ -7,17 +7,17 @@ from __future__ import annotations
 import functools
 from pathlib import Path
 
-from .settings import read_yaml
-from .stages import CONTROLS, CURRICULUM, NOISE_CONTROL, STAGE_PARENTS, VARIANT_STAGE
-from .vocab import Vocab
+from vlbind.core.settings import read_yaml
+from vlbind.core.stages import CONTROLS, CURRICULUM, NOISE_CONTROL, STAGE_PARENTS, VARIANT_STAGE
+from vlbind.core.vocab import SHAPES, WEB_SAFE, Vocab
 
-SCHEMA_PATH = Path(__file__).with_name("config.schema.yaml")
+SCHEMA_PATH = Path(__file__).parents[1] / "config.schema.yaml"
 
 
 @functools.cache
 def schema() -> dict:
     """The parsed schema, read once per process: stage_params runs for every training job at DAG build.
-    Shared, so read it, never change it. The names come from vlbind.stages, their one declaration: the variants'
+    Shared, so read it, never change it. The names come from vlbind.core.stages, their one declaration: the variants'
     enum (VARIANT_STAGE) and a section per stage (STAGE_PARENTS; a control_stage for CONTROLS, none for the
     curriculum control's, which copy their image stage's, nor for the noise control's, NOISE_CONTROL)."""
     parsed = read_yaml(SCHEMA_PATH.read_text())
@@ -25,6 +25,13 @@ def schema() -> dict:
     for key in ("n_colors", "n_shapes", "n_items"):  # a stage draws from the first n of the vocabulary's group
         parsed["definitions"]["task"]["properties"][key]["maximum"] = getattr(Vocab, key)
     parsed["properties"]["model"]["properties"]["vocab_size"]["minimum"] = len(Vocab())  # every id embedded
+    for section in (parsed["definitions"]["task"], parsed["properties"]["evaluate"]):  # an object binds its own item
+        for key in ("min_objects", "max_objects"):
+            section["properties"][key]["maximum"] = Vocab.n_items
+    render = parsed["properties"]["render"]["properties"]
+    render["n_colors"]["maximum"] = len(WEB_SAFE)
+    for key in ("min_objects", "max_objects"):  # a canvas shows each shape once
+        render[key]["maximum"] = len(SHAPES)
     parsed["properties"]["stages"]["properties"] = {
         s: {"$ref": "#/definitions/control_stage" if s in CONTROLS else "#/definitions/stage"}
         for s in STAGE_PARENTS if s not in CURRICULUM and s not in NOISE_CONTROL}

@@ -1,6 +1,6 @@
 """What a run's result tables say about it, for the tables and figures (no torch): whether it diverged in
 training or did not converge (then it is marked and left out of means, appendix D.8), and its mean OOD accuracy.
-Tables over many runs: vlbind.tables.
+Tables over many runs: vlbind.evaluation.tables.
 """
 
 from __future__ import annotations
@@ -9,7 +9,8 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from .settings import NON_FINITE, config_defaults
+from vlbind.core.settings import NON_FINITE, config_defaults
+from vlbind.training.config import attempt_count
 
 STALLED = "stalled at chance"  # how divergence names a stage whose best validation stayed near chance
 
@@ -42,7 +43,7 @@ def divergence(curves: dict[str, pd.DataFrame], collapse_drop: float, metas: dic
         for length in meta.get("ramp") or []:  # a ramped stage's shorter lengths, trained before its own curve
             if length["stopped_because"] == NON_FINITE:
                 return f"{stage}: non-finite steps in its ramp, at {length['max_objects']} objects"
-        if "attempt" in curve and "attempt" in meta:  # the retry rule: the kept attempt's own curve (vlbind.attempts)
+        if "attempt" in curve and "attempt" in meta:  # the retry rule: the kept attempt's own curve (training.attempts)
             curve = curve[curve["attempt"] == meta["attempt"]]
         if curve.empty:
             continue
@@ -85,15 +86,9 @@ def with_verdicts(table: pd.DataFrame, curves: dict[str, pd.DataFrame], metas: d
                         convergence=shortfall or "", retries=retries(metas))
 
 
-def attempt_count(meta: dict) -> int:
-    """How many attempts a unit trained under the retry rule (vlbind.attempts), from its meta.json or its entry in a
-    ramp's `ramp` list; 1 for one made without the rule or where it did not apply."""
-    listed = meta.get("attempts", 1)
-    return len(listed) if isinstance(listed, list) else listed
-
 
 def retries(metas: dict[str, dict]) -> int:
-    """How many units (stages, ramp lengths) of a run's lineage needed a retry under the retry rule (vlbind.attempts),
+    """How many units (stages, ramp lengths) of a run's lineage needed a retry under the retry rule (training.attempts),
     from their meta.json: what every table, figure and claim that shows the run discloses."""
     return sum(attempt_count(u) > 1 for m in metas.values() for u in [m, *(m.get("ramp") or [])])
 

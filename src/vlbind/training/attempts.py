@@ -41,13 +41,13 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from .checkpoint import META_FILE, METRICS_FILE, MODEL_FILE, load_tensors, save_model
-from .files import read_json, write_json
-from .outcomes import attempt_count
-from .resume import settings_key
-from .settings import NON_FINITE
-from .tasks import StageSpec
-from .train import STALLED, TrainConfig, train_attempt
+from vlbind.core.files import read_json, write_json
+from vlbind.core.settings import NON_FINITE
+from vlbind.data.tasks import StageSpec
+from vlbind.model.checkpoint import META_FILE, METRICS_FILE, MODEL_FILE, load_tensors, save_model
+from vlbind.training.config import TrainConfig, attempt_count
+from vlbind.training.loop import STALLED, train_attempt
+from vlbind.training.resume import settings_key
 
 log = logging.getLogger(__name__)
 RAMP_DIR = "ramp"  # a ramped stage's shorter lengths, each a unit directory of its own, n{max_objects}
