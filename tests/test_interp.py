@@ -512,12 +512,19 @@ def test_every_analysis_runs_in_the_precision_it_is_given(model, analysis):
 
 def test_the_registry_names_each_analysis_module_its_settings_and_figures_that_exist():
     import importlib
+    import pkgutil
 
+    import vlbind.interp
     from vlbind import figures
     from vlbind.interp import ANALYSES, analyze, settings
 
+    # the registry, read from the sources without importing them, against the modules imported
+    modules = {m.name: importlib.import_module(f"vlbind.interp.{m.name}")
+               for m in pkgutil.iter_modules(vlbind.interp.__path__)}
+    assert ANALYSES == {name: m.FIGURES for name, m in modules.items() if hasattr(m, "FIGURES")}
+    assert list(ANALYSES) == ["interchange", "knockout", "probes", "layer_relevance"]  # the paper's figure order
     for analysis, figs in ANALYSES.items():
-        module = importlib.import_module(f"vlbind.interp.{analysis}")
+        module = modules[analysis]
         assert callable(module.run) and isinstance(settings(analysis, {}), module.SETTINGS)
         assert figs and all(f in figures.FIGURES for f in figs)
     drawn = {f for figs in ANALYSES.values() for f in figs}

@@ -1,7 +1,7 @@
 """What a user does with a finished smoke tree (tests/conftest.py's smoke_tree, built by tests/test_smoke_dag.py's
-worker): README's Python blocks and commands run as written in it, and an experiment in a directory of its own that
-trains below its models. These only read the tree; they run last, so that under xdist another worker can take them
-while the tree's own tests run (tests/conftest.py).
+worker): README's and docs/LIBRARY.md's Python blocks and commands run as written in it, and an experiment in a
+directory of its own that trains below its models. These only read the tree; they run last, so that under xdist
+another worker can take them while the tree's own tests run (tests/conftest.py).
 """
 
 import json
@@ -14,7 +14,9 @@ from test_workflow import ROOT, SEEDS, snakemake
 
 
 def readme_blocks(lang: str) -> list[str]:
-    return re.findall(rf"```{lang}\n(.*?)```", (ROOT / "README.md").read_text(), flags=re.S)
+    """The `lang` code blocks of README.md and docs/LIBRARY.md (the library's examples, moved out of README)."""
+    pages = [ROOT / "README.md", ROOT / "docs/LIBRARY.md"]
+    return [b for page in pages for b in re.findall(rf"```{lang}\n(.*?)```", page.read_text(), flags=re.S)]
 
 
 def test_readme_python_blocks_run_as_written_in_the_smoke_tree(smoke_tree, tmp_path):

@@ -18,7 +18,7 @@ rule analyze:
     resources:
         **job_resources("gpu"),
     params:
-        settings={a: vlconfig.canonical(config["interp"][a]) for a in ANALYSES},
+        settings={a: vlconfig.canonical(config["interp"].get(a, {})) for a in ANALYSES},  # a section where defaults do not serve
         order=config["interp"]["order"],
         precision=vlconfig.canonical(config["precision"]),
         device=config["device"],

@@ -3,13 +3,30 @@ attention knockouts, linear probes and layer relevance. All run on text prompts,
 
 from __future__ import annotations
 
+import ast
+import importlib
+import re
+from pathlib import Path
+
 from vlbind.core.device import autocast
 from vlbind.core.settings import from_dict
 
-# Analysis name (config key interp.<name> holds its settings; module vlbind.interp.<name> its SETTINGS and `run`)
-# -> the figures drawn from its tables (vlbind.figures). Names only: the DAG is built from them without torch.
-ANALYSES = {"interchange": ("fig4", "fig9"), "knockout": ("fig10", "fig13"), "probes": ("fig11", "fig12"),
-            "layer_relevance": ("fig_layer_relevance",)}
+
+def _registered() -> dict[str, tuple[str, ...]]:
+    """Analysis name -> the figures drawn from its tables: every module of this package that declares `FIGURES`
+    (beside its `SETTINGS` and `run`) is an analysis of that name, registered where it is defined. Read from the
+    source, not imported: the analyses import torch, building the DAG does not. In the paper's figure order."""
+    found = {}
+    for path in Path(__file__).parent.glob("*.py"):
+        for node in ast.parse(path.read_text()).body:
+            if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "FIGURES" for t in node.targets):
+                found[path.stem] = tuple(ast.literal_eval(node.value))
+    number = lambda fig: int(m.group()) if (m := re.search(r"\d+", fig)) else float("inf")
+    return dict(sorted(found.items(), key=lambda item: (number(item[1][0]), item[0])))
+
+
+# config key interp.<name> holds an analysis's settings where its SETTINGS' defaults do not serve
+ANALYSES = _registered()
 
 
 def analyze(analysis: str, model, cfg, device: str, order: str, precision: str):
@@ -37,9 +54,6 @@ def settings(analysis: str, section: dict):
 def _module(analysis: str):
     """vlbind.interp.<analysis>, with its `SETTINGS` dataclass and `run(model, settings, device, order) -> (table,
     summary)`. Imported here, on call, by name: the analyses import torch, building the DAG does not."""
-    from vlbind.interp import interchange, knockout, layer_relevance, probes
-
-    modules = {"interchange": interchange, "knockout": knockout, "probes": probes, "layer_relevance": layer_relevance}
     if analysis not in ANALYSES:
         raise ValueError(f"unknown analysis {analysis!r}; valid: {list(ANALYSES)}")
-    return modules[analysis]
+    return importlib.import_module(f"vlbind.interp.{analysis}")

@@ -215,6 +215,7 @@ def sweep(model: Transformer, n_pairs: int, seed: int, batch_size: int = 128, de
 
 
 SETTINGS = InterchangeConfig  # its config section, interp.interchange (vlbind.interp.settings)
+FIGURES = ("fig4", "fig9")  # drawn from its tables; declares the analysis (interp.ANALYSES)
 
 
 def run(model: Transformer, cfg: InterchangeConfig, device: str, order: str) -> tuple[pd.DataFrame, dict]:

@@ -89,6 +89,7 @@ def knockout_table(model: Transformer, n_prompts: int, seed: int, device="cpu",
 
 
 SETTINGS = KnockoutConfig  # its config section, interp.knockout (vlbind.interp.settings)
+FIGURES = ("fig10", "fig13")  # drawn from its tables; declares the analysis (interp.ANALYSES)
 
 
 def run(model: Transformer, cfg: KnockoutConfig, device: str, order: str) -> tuple[pd.DataFrame, dict]:

@@ -76,6 +76,7 @@ def spearman(a: pd.Series, b: pd.Series) -> float:
 
 
 SETTINGS = LayerRelevanceConfig  # its config section, interp.layer_relevance (vlbind.interp.settings)
+FIGURES = ("fig_layer_relevance",)  # drawn from its tables; declares the analysis (interp.ANALYSES)
 
 
 def run(model: Transformer, cfg: LayerRelevanceConfig, device: str, order: str) -> tuple[pd.DataFrame, dict]:

@@ -110,6 +110,7 @@ def probe_table(model: Transformer, cfg: ProbeConfig = ProbeConfig(), device="cp
 
 
 SETTINGS = ProbeConfig  # its config section, interp.probes (vlbind.interp.settings)
+FIGURES = ("fig11", "fig12")  # drawn from its tables; declares the analysis (interp.ANALYSES)
 
 
 def run(model: Transformer, cfg: ProbeConfig, device: str, order: str) -> tuple[pd.DataFrame, dict]:
