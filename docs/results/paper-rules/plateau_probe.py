@@ -13,8 +13,8 @@ import pandas as pd
 
 from vlbind.training.attempts import plateau_end
 
-PATIENCE = (4, 8, 12, 16, 20, 24, 32, 40)
-MIN_DELTA = (0.002, 0.004, 0.01)  # 0.002: one validation prompt of 512 (mini's val_size), the floor
+PATIENCE = (4, 8, 9, 10, 12, 16, 20, 24, 32, 40)
+MIN_DELTA = (1 / 512, 2 / 512, 5 / 512)  # one, two and five validation prompts of mini's 512 (val_size); one: the floor
 
 
 def table(paths: list[str]) -> pd.DataFrame:
