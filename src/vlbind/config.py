@@ -10,6 +10,7 @@ from pathlib import Path
 
 import yaml
 
+from vlbind.core.schema import marked as schema_marked
 from vlbind.core.schema import schema, schema_defaults
 from vlbind.core.settings import (  # ConfigError defined on the bottom floor so every module can raise it
     ConfigError,
@@ -273,10 +274,10 @@ def canonical(value):
     return value
 
 
-# Settings that set memory and speed only: out of every rule's params, so that changing one reruns nothing (a result
-# equal to rounding: tests/test_workflow.py); a job reads them from the config itself (`speed_settings`).
-SPEED_ONLY = {"evaluate": ("batch_size",), "vision": ("extract_batch_size",), "qwen.generation": ("batch_size",),
-              "qwen.binding": ("layers_per_batch",)}
+# Settings that set memory and speed only (`speed_only: true` in the schema): out of every rule's params, so that
+# changing one reruns nothing (a result equal to rounding: tests/test_workflow.py); a job reads them from the config
+# itself (`speed_settings`).
+SPEED_ONLY = schema_marked("speed_only")
 
 
 def _section(config: dict, path: str) -> dict:

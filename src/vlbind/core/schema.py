@@ -55,6 +55,22 @@ def section_schema(path: str) -> dict:
     return _followed(node)
 
 
+def marked(keyword: str) -> dict[str, tuple[str, ...]]:
+    """{section path: its keys} of the settings whose schema entry holds `keyword: true` (e.g. `speed_only`, the
+    settings of memory and speed: vlbind.config.SPEED_ONLY), sections dotted as config keys ("qwen.generation")."""
+    found: dict[str, tuple[str, ...]] = {}
+
+    def walk(node: dict, path: str) -> None:
+        for key, entry in _followed(node).get("properties", {}).items():
+            entry = _followed(entry)
+            if entry.get(keyword) is True:
+                found[path] = (*found.get(path, ()), key)
+            walk(entry, f"{path}.{key}" if path else key)
+
+    walk(schema(), "")
+    return found
+
+
 def _followed(node: dict) -> dict:
     while "$ref" in node:
         node = schema()["definitions"][node["$ref"].rsplit("/", 1)[1]]
