@@ -1,5 +1,5 @@
 """What `train.sub_batch_tokens` buys: prompts/s of the real training loop (train.train_attempt) with the batch
-whole and run sorted by length as sub-batches of at most N positions (tasks.by_length), on mini's model and
+whole and run sorted by length as sub-batches of at most N positions (batching.by_length), on mini's model and
 text_s4's task (216 colors and shapes, shuffled lists, solo practice 0.5 (--solo), every object queried), for the
 ramp's lengths 2..n.
 
@@ -23,7 +23,8 @@ import torch
 from torch.profiler import ProfilerActivity, profile
 
 from vlbind.core.device import precision_for
-from vlbind.data.tasks import Role, StageSpec, by_length, generate, pack_queries
+from vlbind.data.batching import by_length
+from vlbind.data.tasks import Role, StageSpec, generate, pack_queries
 from vlbind.model.transformer import ModelConfig, Transformer
 from vlbind.training.config import TrainConfig
 from vlbind.training.loop import _step, train_attempt

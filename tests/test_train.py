@@ -443,7 +443,7 @@ def test_evaluation_scores_the_same_prompts_for_any_batch_size(tmp_path):
 def test_in_batches_splits_a_batch_into_its_prompts_cut_to_their_longest(tmp_path):
     """Against the batch itself: the pieces hold its prompts in order, each array cut where the piece's longest
     prompt ends, nothing but padding cut."""
-    from vlbind.data.tasks import in_batches
+    from vlbind.data.batching import in_batches
 
     b = generate(StageSpec(216, 216, 32, 2, 8, shuffle=True), 23, np.random.default_rng(3))
     parts = in_batches(b, 5)

@@ -19,7 +19,8 @@ import torch
 from vlbind.core.schema import check_fields
 from vlbind.core.settings import config_defaults
 from vlbind.core.vocab import Vocab
-from vlbind.data.tasks import BY_COLOR, RETRIEVAL, generate, in_batches, in_order, text_retrieval_spec
+from vlbind.data.batching import in_batches
+from vlbind.data.tasks import BY_COLOR, RETRIEVAL, generate, in_order, text_retrieval_spec
 from vlbind.model.inference import count_correct
 from vlbind.model.transformer import Transformer
 

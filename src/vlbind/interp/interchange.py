@@ -38,17 +38,8 @@ import pandas as pd
 import torch
 
 from vlbind.core.settings import config_defaults
-from vlbind.data.tasks import (
-    BY_COLOR,
-    RETRIEVAL,
-    Batch,
-    StageSpec,
-    assemble,
-    generate,
-    in_batches,
-    in_order,
-    text_retrieval_spec,
-)
+from vlbind.data.batching import in_batches
+from vlbind.data.tasks import BY_COLOR, RETRIEVAL, Batch, StageSpec, assemble, generate, in_order, text_retrieval_spec
 from vlbind.interp.mechanisms import SCRATCH_LABELS
 from vlbind.model.hooks import hook_name, resid_name
 from vlbind.model.inference import answer_logits, model_inputs
@@ -81,7 +72,7 @@ class Pairs:
         return len(self.original)
 
     def in_batches(self, size: int) -> list[Pairs]:
-        """Consecutive batches of `size` pairs (tasks.in_batches): the pairs do not depend on the batch size."""
+        """Consecutive batches of `size` pairs (batching.in_batches): the pairs do not depend on the batch size."""
         starts = range(0, len(self), size)
         return [Pairs(o, cf, self.slots[i:i + size], self.predictions[i:i + size]) for i, o, cf in
                 zip(starts, in_batches(self.original, size), in_batches(self.counterfactual, size), strict=True)]

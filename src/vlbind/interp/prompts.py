@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from vlbind.data.tasks import BY_COLOR, RETRIEVAL, Batch, Role, generate, in_batches, in_order, text_retrieval_spec
+from vlbind.data.batching import in_batches
+from vlbind.data.tasks import BY_COLOR, RETRIEVAL, Batch, Role, generate, in_order, text_retrieval_spec
 
 # Text prompts of <= 8 objects queried by color, as the paper analyses (full vocabulary; order: an argument).
 ANALYSIS_SPEC = text_retrieval_spec(2, 8)

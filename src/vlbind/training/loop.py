@@ -38,19 +38,8 @@ import torch
 
 from vlbind import __version__
 from vlbind.core.settings import NON_FINITE
-from vlbind.data.tasks import (
-    GROUNDING,
-    IMAGE,
-    RETRIEVAL,
-    TEXT,
-    Batch,
-    Role,
-    StageSpec,
-    batch_sizes,
-    by_length,
-    generate,
-    pack_queries,
-)
+from vlbind.data.batching import batch_sizes, by_length
+from vlbind.data.tasks import GROUNDING, IMAGE, RETRIEVAL, TEXT, Batch, Role, StageSpec, generate, pack_queries
 from vlbind.model.checkpoint import save_model
 from vlbind.model.inference import correct
 from vlbind.model.transformer import Transformer
@@ -209,7 +198,7 @@ def train_attempt(model: Transformer, spec: StageSpec, cfg: TrainConfig, out_dir
 def _step(net, model: Transformer, opt, batch: Batch, cfg: TrainConfig, step: int, device, bank):
     """One optimizer step (the `step`-th) on `batch`: the loss through `net` (the model, or its compiled forward),
     where `cfg.sub_batch_tokens` is set on length-sorted sub-batches of at most that many positions (the batch's
-    loss, a mean over its prompts, with little padding: tasks.by_length), gradients clipped, the learning rate of
+    loss, a mean over its prompts, with little padding: batching.by_length), gradients clipped, the learning rate of
     `step`, non-finite steps skipped (optimizer_step). Returns the loss,
     the gradient norm and whether the step was skipped, all left on the device."""
     parts = by_length(batch, cfg.sub_batch_tokens) if cfg.sub_batch_tokens else [batch]
