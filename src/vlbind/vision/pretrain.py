@@ -110,14 +110,7 @@ def pretrain(timm_name: str, cfg: PretrainConfig, size: int, n_colors: int, out:
                          loss.item(), rate, (steps - step) / rate)
 
     model.eval()
-    hits = {k: 0 for k in heads}
-    with torch.no_grad():
-        test_ids = np.flatnonzero(test)
-        for start in range(0, len(test_ids), 256):
-            ids = test_ids[start:start + 256]
-            for k, v in logits(ids).items():
-                hits[k] += int((v.argmax(-1).cpu() == labels[k][ids]).sum())
-    result = {f"held_out_{k}_accuracy": hits[k] / len(test_ids) for k in heads}
+    result = held_out_accuracy(logits, labels, np.flatnonzero(test))
     result.update(timm_name=timm_name, images=len(images), held_out=int(test.sum()), steps=steps,
                   seconds=round(time.time() - t0, 1), config=asdict(cfg))
     log.info("held-out accuracy: color %.3f, shape %.3f", result["held_out_color_accuracy"],
@@ -126,3 +119,15 @@ def pretrain(timm_name: str, cfg: PretrainConfig, size: int, n_colors: int, out:
     atomic_write(out, lambda tmp: save_file(state, tmp))
     write_json(Path(out).with_suffix(".json"), result)
     return result
+
+
+@torch.no_grad()
+def held_out_accuracy(logits, labels: dict[str, torch.Tensor], test_ids: np.ndarray, batch: int = 256) -> dict:
+    """{held_out_<head>_accuracy: share right} of each classifier head over the held-out images `test_ids`, scored
+    `batch` at a time through `logits(ids) -> {head: logits}`."""
+    hits = dict.fromkeys(labels, 0)
+    for start in range(0, len(test_ids), batch):
+        ids = test_ids[start:start + batch]
+        for k, v in logits(ids).items():
+            hits[k] += int((v.argmax(-1).cpu() == labels[k][ids]).sum())
+    return {f"held_out_{k}_accuracy": hits[k] / len(test_ids) for k in labels}
