@@ -271,3 +271,17 @@ def test_layers_per_batch_sets_memory_only_the_interchange_table_is_the_same(tmp
     assert logits
     for c in logits:
         np.testing.assert_allclose(np.stack(one[c]), np.stack(all_[c]), rtol=1e-4, atol=1e-4)
+
+
+def test_the_schema_bounds_n_entries_by_the_boxes_a_prompt_can_name():
+    """qwen.binding.n_entries: the schema's maximum (checked at DAG build, below the Qwen modules) is the number of
+    boxes BindingConfig can letter and fill (its own check), one number checked against the other."""
+    from vlbind.core.schema import section_schema
+    from vlbind.qwen.binding import LETTERS, BindingConfig
+    from vlbind.qwen.words import BOX_OBJECTS
+
+    most = min(len(BOX_OBJECTS), len(LETTERS))
+    assert section_schema("qwen.binding")["properties"]["n_entries"]["maximum"] == most
+    BindingConfig(n_entries=most)
+    with pytest.raises(ValueError, match="n_entries"):
+        BindingConfig(n_entries=most + 1)
