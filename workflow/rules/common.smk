@@ -49,7 +49,17 @@ wildcard_constraints:
     variant="|".join(vlstages.VARIANT_STAGE),
 
 
-def model_file(seed, stage, encoder=None, name="model.safetensors"):
+# a stage's files, the one statement of where a checkpoint lives: results/models/{run}/{stage}/ (config.run_name)
+STAGE_FILES = {"model": "model.safetensors", "meta": "meta.json", "metrics": "metrics.parquet"}
+
+
+def stage_files(run, root="results"):
+    """The three files a training rule writes (or reuse_stage copies), for a run pattern ("seed{seed}",
+    "seed{seed}-{encoder}") and the stage wildcard, under `root`."""
+    return {k: f"{root}/models/{run}/{{stage}}/{name}" for k, name in STAGE_FILES.items()}
+
+
+def model_file(seed, stage, encoder=None, name=STAGE_FILES["model"]):
     return f"results/models/{vlconfig.run_name(seed, stage, encoder)}/{stage}/{name}"
 
 

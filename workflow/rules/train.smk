@@ -9,9 +9,7 @@ rule train_text:
         unpack(noise_control_twin),
         parent=parent_model,
     output:
-        model="results/models/seed{seed}/{stage}/model.safetensors",
-        meta="results/models/seed{seed}/{stage}/meta.json",
-        metrics="results/models/seed{seed}/{stage}/metrics.parquet",
+        **stage_files("seed{seed}"),
     log:
         "results/logs/train/seed{seed}/{stage}.log",
     benchmark:
@@ -36,9 +34,7 @@ use rule train_text as train_vision with:
         unpack(stage_features),
         parent=parent_model,
     output:
-        model="results/models/seed{seed}-{encoder}/{stage}/model.safetensors",
-        meta="results/models/seed{seed}-{encoder}/{stage}/meta.json",
-        metrics="results/models/seed{seed}-{encoder}/{stage}/metrics.parquet",
+        **stage_files("seed{seed}-{encoder}"),
     log:
         "results/logs/train/seed{seed}-{encoder}/{stage}.log",
     benchmark:
@@ -54,13 +50,9 @@ rule reuse_stage:
     """A stage an experiment shares with another results tree (config key `reuse`): its files copied from there, so
     that the stages below it train from the very weights the other tree's did."""
     input:
-        model=f"{REUSE_TREE}/models/seed{{seed}}/{{stage}}/model.safetensors",
-        meta=f"{REUSE_TREE}/models/seed{{seed}}/{{stage}}/meta.json",
-        metrics=f"{REUSE_TREE}/models/seed{{seed}}/{{stage}}/metrics.parquet",
+        **stage_files("seed{seed}", root=REUSE_TREE),
     output:
-        model="results/models/seed{seed}/{stage}/model.safetensors",
-        meta="results/models/seed{seed}/{stage}/meta.json",
-        metrics="results/models/seed{seed}/{stage}/metrics.parquet",
+        **stage_files("seed{seed}"),
     log:
         "results/logs/reuse/seed{seed}/{stage}.log",
     wildcard_constraints:
