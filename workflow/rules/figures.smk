@@ -1,12 +1,12 @@
 # Figures and tables read only result tables; restyling one reruns nothing upstream.
-# figures.py is an input, so editing the plotting code redraws the figures.
+# The module that draws a figure is an input (and figures/base.py), so editing the plotting code redraws it.
 
 
 rule accuracy_figures:
     """Figure 3 (means over runs) and Figure 8 (every run) from the evaluation tables, in one job."""
     input:
         tables=eval_tables(),
-        code=f"{REPO}/src/vlbind/figures.py",
+        code=[f"{REPO}/src/vlbind/figures/accuracy.py", f"{REPO}/src/vlbind/figures/base.py"],
     output:
         **figure_outputs(("fig3", "fig8"), "1 Generalization (both arms)"),
     log:
@@ -66,7 +66,7 @@ rule fig7:
     input:
         objects=f"{BANK}/objects.parquet",
         images=f"{BANK}/images",
-        code=f"{REPO}/src/vlbind/figures.py",
+        code=[f"{REPO}/src/vlbind/figures/accuracy.py", f"{REPO}/src/vlbind/figures/base.py"],
     output:
         pdf=report(
             "results/figures/fig7.pdf",

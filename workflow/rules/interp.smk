@@ -72,11 +72,11 @@ rule claims:
 
 
 rule interp_figures:
-    """Every figure of the analyses in one job (figures.py is an input: restyling redraws them all)."""
+    """Every figure of the analyses in one job (figures/analyses.py is an input: restyling redraws them all)."""
     input:
         **{a: interp_tables(a) for a in ANALYSES},
         circuits=rules.circuits.output.csv,
-        code=f"{REPO}/src/vlbind/figures.py",
+        code=[f"{REPO}/src/vlbind/figures/analyses.py", f"{REPO}/src/vlbind/figures/base.py"],
     output:
         **figure_outputs(INTERP_FIGURES, "3 Analyses"),
     log:
