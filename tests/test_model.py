@@ -82,7 +82,7 @@ def test_explicit_attention_path_matches_sdpa(tiny):
 
 def test_cpu_bf16_autocast_runs_linears_in_bf16_and_attention_in_float32(tiny):
     """bf16 autocast on CPU: the projections are bf16, the attention itself float32 (the CPU bf16
-    flash-attention backward is slow, see model.py), and the result stays close to a float32 run."""
+    flash-attention backward is slow, see model/transformer.py), and the result stays close to a float32 run."""
     tokens = torch.randint(0, 470, (4, 21))
     store = {}
     with torch.autocast("cpu", dtype=torch.bfloat16):

@@ -1,5 +1,5 @@
-"""The image bank as prompt generators see it: rendered objects (render.py) + encoded patch tokens
-(encoders.py). numpy and pandas only, so tasks.py stays light.
+"""The image bank as prompt generators see it: rendered objects (data/render.py) + encoded patch tokens
+(vision/encoders.py). numpy and pandas only, so data/tasks.py stays light.
 
 Row i of the feature array holds image i's tokens, (tokens_per_image, dim), patches in row-major order
 of the encoder's grid. Each patch knows the object slot it shows (the object whose box holds the patch

@@ -4,7 +4,7 @@ Design ([assumption]: the paper states the sizes, not these): pre-norm blocks (L
 residual add; LayerNorm -> GELU MLP -> residual add), no biases in linear layers, no dropout, untied input and output
 embeddings. RoPE is applied
 to queries and keys, rotating interleaved (even, odd) dimension pairs; its position ids are an input, so
-unattendable noise can be realised as jumps in them (see tasks.py). Attention uses
+unattendable noise can be realised as jumps in them (see data/tasks.py). Attention uses
 `scaled_dot_product_attention` unless a hook needs the scores or the pattern. On CPU, attention itself
 (scores, softmax, weighted values) runs in float32 even under bf16 autocast, while the linear layers run in
 bf16: PyTorch's CPU flash-attention backward is ~10x slower in bf16 than in float32 at these shapes, and

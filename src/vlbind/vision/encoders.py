@@ -59,7 +59,7 @@ class EncoderSpec:
     checkpoint: str | None = _ENTRY["checkpoint"]  # a local weights file to use instead of the hub
     grid: int | None = _ENTRY["grid"]  # pool the token grid to grid x grid; None keeps every patch (paper)
     model_kwargs: dict = field(default_factory=lambda: dict(_ENTRY["model_kwargs"]))  # to timm.create_model
-    pretrain: dict | None = _ENTRY["pretrain"]  # set: weights pretrained on renderings by the DAG (encoder_pretrain.py)
+    pretrain: dict | None = _ENTRY["pretrain"]  # set: weights pretrained on renderings by the DAG (vision/pretrain.py)
 
     @classmethod
     def from_dict(cls, d: dict) -> EncoderSpec:
