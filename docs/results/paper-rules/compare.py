@@ -1,0 +1,73 @@
+"""Issue 87's per-seed tables across arms, from exports of their trees (docs/results/mini/export.py --results
+TREE/results --out DIR), as Markdown: accuracy at 8 objects and OOD (9..32) of every variant per seed, then each
+comparison the issue asks for per seed with its sign count (noise on text against text_only and against text_long,
+images against text_only and noise_image_text against noise_text), beside the paper's. Shuffled lists (the paper's
+order) unless --order says otherwise.
+
+    python docs/results/paper-rules/compare.py complete=docs/results/mini P=docs/results/paper-rules/P \\
+        E=docs/results/paper-rules/E
+"""
+import argparse
+from pathlib import Path
+
+import pandas as pd
+
+from vlbind.evaluation.claims import PAPER_OOD, per_run
+
+# (a, b): a - b out of distribution, per seed; the issue's noise effect (against text_only and the control that
+# trains as long), the image effect, and images over noise
+COMPARISONS = [("noise_text", "text_only"), ("noise_text", "text_long"), ("text_long", "text_only"),
+               ("image_text", "text_only"), ("noise_image_text", "noise_text")]
+
+
+def pct(x) -> str:
+    return "—" if pd.isna(x) else f"{100 * x:.1f}"
+
+
+def runs(export: Path, order: str) -> pd.DataFrame:
+    """One row per run of `order`: per_run's (in and out of distribution, chance, used) and the accuracy at 8
+    objects."""
+    ev = pd.read_csv(export / "eval_by_length.csv")
+    table = per_run(ev, order)
+    at8 = ev[(ev.order == order) & (ev.n_objects == 8)].set_index(["variant", "run"])["accuracy"]
+    return table.assign(at8=[at8.get((v, r)) for v, r in zip(table.variant, table.run)])
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("arms", nargs="+", help="NAME=EXPORT_DIR, in the order the columns show them")
+    ap.add_argument("--order", default="shuffled")
+    args = ap.parse_args()
+    arms = dict(a.split("=", 1) for a in args.arms)
+    tables = {name: runs(Path(d), args.order) for name, d in arms.items()}
+
+    print(f"Accuracy at 8 objects and OOD (9..32), % per seed ({args.order} lists; `*`: a run the DAG left out of "
+          "means)\n")
+    print("| variant | " + " | ".join(f"{n}: at 8 | {n}: OOD" for n in arms) + " | paper's OOD |")
+    print("|---|" + "---|---|" * len(arms) + "---|")
+    variants = list(dict.fromkeys(v for t in tables.values() for v in t.variant))
+    for v in variants:
+        cells = []
+        for t in tables.values():
+            r = t[t.variant == v].sort_values("seed")
+            mark = ["" if u else "*" for u in r.used]
+            cells += [" / ".join(pct(x) + m for x, m in zip(r.at8, mark)) or "—",
+                      " / ".join(pct(x) + m for x, m in zip(r.ood, mark)) or "—"]
+        paper = PAPER_OOD.get(v)
+        print(f"| {v} | " + " | ".join(cells) + f" | {pct(paper[0]) if paper else '—'} |")
+
+    print("\nDifferences out of distribution, points per seed (a - b), and how many seeds are above 0\n")
+    print("| a - b | " + " | ".join(arms) + " | paper |")
+    print("|---|" + "---|" * len(arms) + "---|")
+    for a, b in COMPARISONS:
+        cells = []
+        for t in tables.values():
+            ta, tb = (t[t.variant == x].set_index("seed")["ood"] for x in (a, b))
+            d = (ta - tb).dropna().sort_index()
+            cells.append(f"{' / '.join(pct(x) for x in d)} ({(d > 0).sum()} of {len(d)})" if len(d) else "—")
+        paper = pct(PAPER_OOD[a][0] - PAPER_OOD[b][0]) if a in PAPER_OOD and b in PAPER_OOD else "—"
+        print(f"| {a} - {b} | " + " | ".join(cells) + f" | {paper} |")
+
+
+if __name__ == "__main__":
+    main()
