@@ -126,6 +126,9 @@ def test_attempts_that_end_unstalled_share_the_cap_and_the_best_is_kept_when_non
     assert meta["steps"] == 12  # the cap; attempt 3 had no step left
     accs = [a["best_val_accuracy"] for a in meta["attempts"]]
     assert meta["attempt"] == 1 + int(np.argmax(accs)) and meta["best_val_accuracy"] == max(accs)
+    row = training_summary([tmp_path / "meta.json"]).iloc[0]  # training.csv: the kept attempt's stop, the stage's end
+    assert row["stopped_because"] == meta["attempts"][meta["attempt"] - 1]["stopped_because"]
+    assert row["ended_because"] == "max_steps"
     stalling = replace(cfg, stall_steps=3, stall_gain=1.0, patience=100)
     last = train_unit(fresh(), SPEC, replace(stalling, attempts=1), tmp_path / "one", stage="text_s2")
     assert last["stopped_because"] == "max_steps"  # no retry left: the stall rule never ends the last attempt

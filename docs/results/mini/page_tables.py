@@ -92,11 +92,18 @@ def training() -> None:
         print(f"| {stage} | " + " | ".join(cells) + " |")
 
 
+WHY = {"target_accuracy": "target", "max_steps": "cap", "stalled": "stall rule"}
+
+
 def stage_cell(r) -> str:
-    """A stage's training of one run (a training.csv row): steps and why it stopped, best validation, wall minutes,
+    """A stage's training of one run (a training.csv row): steps and why it stopped (the kept attempt's stop and,
+    where another attempt ran after it and ended otherwise, how the stage ended), best validation, wall minutes,
     attempts and ramp retries, and its ramp lengths' steps."""
-    why = {"target_accuracy": "target", "max_steps": "cap", "stalled": "stall rule"}.get(r.stopped_because,
-                                                                                         r.stopped_because)
+    why = WHY.get(r.stopped_because, r.stopped_because)
+    ended = getattr(r, "ended_because", r.stopped_because)  # an export from before the column: the kept attempt's
+    if isinstance(ended, str) and ended != r.stopped_because:
+        why = f"kept attempt: {why}; ended at the {WHY.get(ended, ended)}" if ended == "max_steps" else \
+            f"kept attempt: {why}; last: {WHY.get(ended, ended)}"
     cell = f"{r.steps + (r.ramp_steps or 0):,} ({why}), {r.best_val_accuracy:.3f}, {r.wall_minutes:.1f} min"
     if r.attempts > 1:  # the retry rule (vlbind.training.attempts): the stage's own attempts, then its ramp lengths'
         cell += f", {r.attempts} attempts"
@@ -113,12 +120,12 @@ def capped() -> None:
     df = pd.read_csv(HERE / "training.csv")
     short = df[(df.stopped_because != "target_accuracy") & ~df.stage.isin(CONTROLS)]
     print("| run | stage | steps burnt (attempts, ramp included) | best validation accuracy (chance) "
-          "| kept attempt stopped by | wall minutes |")
-    print("|---|---|---|---|---|---|")
+          "| kept attempt stopped by | last attempt stopped by | wall minutes |")
+    print("|---|---|---|---|---|---|---|")
     for r in short.itertuples():
         print(f"| {r.run} | {r.stage} | {r.steps + (r.ramp_steps or 0):,} ({r.attempts} attempt"
               f"{'s' if r.attempts > 1 else ''}) | {r.best_val_accuracy:.3f} ({r.val_chance:.2f}) "
-              f"| {r.stopped_because} | {r.wall_minutes:.1f} |")
+              f"| {r.stopped_because} | {getattr(r, 'ended_because', r.stopped_because)} | {r.wall_minutes:.1f} |")
     print(f"\n{len(short)} stages, {int((short.steps + short.ramp_steps.fillna(0)).sum()):,} steps, "
           f"{short.wall_minutes.sum():.0f} wall minutes")
 

@@ -79,16 +79,17 @@ def ood_summary(df: pd.DataFrame) -> pd.DataFrame:
 
 
 def training_summary(meta_paths: list[str | Path]) -> pd.DataFrame:
-    """One row per trained stage: run, stage, steps, best step and validation accuracy, the step whose weights
-    the stage kept and their validation accuracy (train.keep), the validation set's chance (NaN for models
-    trained before it was recorded), why it stopped, wall time (a ramp's lengths included); for a ramped stage
-    (train.ramp) the steps of the lengths before its own (`ramp_steps`; `steps` and the step columns count its own
-    length) and per length `ramp`: max_objects:steps:best validation accuracy; the retry rule's attempts of the
-    stage's own length (`attempts`, the kept one the last that ran unless none passed; `steps` counts them all) and
-    the retries of its ramp's lengths (`ramp_retries`: attempts beyond the first, summed; training.attempts). Where
-    validation mixes kinds of prompt (train.Validation), the part its rules read (`val_judged`: the best and kept
-    accuracies and val_chance are that part's) and each part's kept accuracy, chance and prompts
-    (`val_{part}_accuracy`, `..._chance`, `..._prompts`; empty in other rows)."""
+    """One row per trained stage: run, stage, steps, best step and validation accuracy, the step whose weights the stage
+    kept and their validation accuracy (train.keep), the validation set's chance (NaN for models trained before it
+    was recorded), why the kept attempt stopped (`stopped_because`) and why the stage's last attempt did, where the
+    stage ended (`ended_because`: the cap, say, after a kept attempt the stall rule ended), wall time (a ramp's
+    lengths included); for a ramped stage (train.ramp) the steps of the lengths before its own (`ramp_steps`;
+    `steps` and the step columns count its own length) and per length `ramp`: max_objects:steps:best validation
+    accuracy; the retry rule's attempts of the stage's own length (`attempts`, the kept one the last that ran unless
+    none passed; `steps` counts them all) and the retries of its ramp's lengths (`ramp_retries`: attempts beyond the
+    first, summed; training.attempts). Where validation mixes kinds of prompt (train.Validation), the part its rules
+    read (`val_judged`: the best and kept accuracies and val_chance are that part's) and each part's kept accuracy,
+    chance and prompts (`val_{part}_accuracy`, `..._chance`, `..._prompts`; empty in other rows)."""
     from vlbind.core.files import read_json
 
     rows = []
@@ -101,6 +102,8 @@ def training_summary(meta_paths: list[str | Path]) -> pd.DataFrame:
                      "kept_val_accuracy": meta.get("kept_val_accuracy", meta["best_val_accuracy"]),
                      "val_chance": meta.get("val_chance", float("nan")),
                      "stopped_because": meta["stopped_because"],
+                     "ended_because": (meta["attempts"][-1]["stopped_because"] if isinstance(meta.get("attempts"), list)
+                                       else meta["stopped_because"]),
                      "wall_minutes": (meta["wall_seconds"] + sum(r["wall_seconds"] for r in ramp)) / 60,
                      "ramp_steps": meta.get("ramp_steps", 0),
                      "ramp": " ".join(f"{r['max_objects']}:{r['steps']}:{r['best_val_accuracy']:.3f}" for r in ramp),
