@@ -254,7 +254,22 @@ def generate(spec: StageSpec, batch_size: int, rng: np.random.Generator, *, n_ob
         raise ValueError("practice prompts (kind LOOKUP, SOLO) have text contexts only")
     gap = np.where(noisy & ~pictured, spec.noise_tokens, 0)
 
-    picture = np.full((B, P), -1, dtype=np.int64)  # image per slot (per_object) or per prompt (column 0, canvas)
+    picture = _pictures(bank, pictured, n, valid, color_idx, shape_idx, rng)
+    colors = np.where(valid, vocab.color_offset + color_idx, -1)
+    shapes = np.where(valid, vocab.shape_offset + shape_idx, -1)
+    items[~valid] = -1
+    batch = assemble(n=n, colors=colors, shapes=shapes, items=items, entry_slots=entry_slots, query_slot=query_slot,
+                     kind=kind_, query_by=by, gap=gap, modality=modal, picture=picture, bank=bank, vocab=vocab)
+    return _materialize(batch, vocab) if materialize_noise else batch
+
+
+def _pictures(bank: ImageBank | None, pictured: np.ndarray, n: np.ndarray, valid: np.ndarray, color_idx: np.ndarray,
+              shape_idx: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """The images of the `pictured` prompts' contexts, drawn from `bank`: (B, P) image ids, one per slot (per_object
+    layout) or one per prompt in column 0 (canvas layout, whose canvas then decides the prompt's colors and shapes:
+    written into `color_idx` and `shape_idx`); -1 elsewhere. Draws nothing where no prompt is pictured."""
+    B, P = valid.shape
+    picture = np.full((B, P), -1, dtype=np.int64)
     if pictured.any() and bank.layout == "canvas":
         canvases = bank.sample_canvases(n[pictured], rng)
         picture[pictured, 0] = canvases
@@ -263,12 +278,7 @@ def generate(spec: StageSpec, batch_size: int, rng: np.random.Generator, *, n_ob
     elif pictured.any():
         picture[pictured] = bank.sample_object_images(np.where(valid, color_idx, -1)[pictured],
                                                       np.where(valid, shape_idx, -1)[pictured], rng)
-    colors = np.where(valid, vocab.color_offset + color_idx, -1)
-    shapes = np.where(valid, vocab.shape_offset + shape_idx, -1)
-    items[~valid] = -1
-    batch = assemble(n=n, colors=colors, shapes=shapes, items=items, entry_slots=entry_slots, query_slot=query_slot,
-                     kind=kind_, query_by=by, gap=gap, modality=modal, picture=picture, bank=bank, vocab=vocab)
-    return _materialize(batch, vocab) if materialize_noise else batch
+    return picture
 
 
 def assemble(*, n, colors, shapes, items, entry_slots, query_slot, kind, query_by, gap, modality=None, picture=None,
