@@ -25,6 +25,7 @@ from vlbind.core.stages import (
     VARIANT_STAGE,
     VISION_STAGES,
 )
+from vlbind.core.vocab import SHAPES
 
 # Keys that were renamed: dotted old path -> the new key (`*` = any name, the same in both). A config holding an
 # old key fails naming the new one, not with the schema's "additional properties" message.
@@ -160,8 +161,6 @@ def _stage_specs(config: dict) -> dict:
 
 
 def _check_stages(config: dict, specs: dict) -> None:
-    from vlbind.data.render import SHAPES
-
     rendered = {"n_colors": config["render"]["n_colors"], "n_shapes": len(SHAPES)}
     for key, spec in specs.items():
         if spec.image_fraction == 0:
@@ -172,7 +171,7 @@ def _check_stages(config: dict, specs: dict) -> None:
         for n, have in rendered.items():
             if getattr(spec, n) > have:
                 raise _error(f"{key}.{n}", f"{getattr(spec, n)} is more than the image bank renders ({have}; "
-                             f"colors: render.n_colors, shapes: the {len(SHAPES)} of vlbind.data.render.SHAPES)")
+                             f"colors: render.n_colors, shapes: the {len(SHAPES)} of vlbind.core.vocab.SHAPES)")
 
 
 def _control_task(config: dict, control: str) -> dict:

@@ -23,7 +23,8 @@ from vlbind.core.device import autocast
 from vlbind.core.files import atomic_write, write_json
 from vlbind.core.schema import check_fields, schema_defaults
 from vlbind.core.settings import config_defaults, from_dict
-from vlbind.data.render import SHAPES, RenderConfig, layout_objects, placements, render
+from vlbind.core.vocab import SHAPES
+from vlbind.data.render import RenderConfig, layout_objects, placements, render
 from vlbind.vision.encoders import normalizer, to_tensor
 
 log = logging.getLogger(__name__)
