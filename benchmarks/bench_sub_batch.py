@@ -24,7 +24,8 @@ from torch.profiler import ProfilerActivity, profile
 
 from vlbind.core.device import precision_for
 from vlbind.data.batching import by_length
-from vlbind.data.tasks import Role, StageSpec, generate, pack_queries
+from vlbind.data.spec import StageSpec
+from vlbind.data.tasks import Role, generate, pack_queries
 from vlbind.model.transformer import ModelConfig, Transformer
 from vlbind.training.config import TrainConfig
 from vlbind.training.loop import _step, train_attempt

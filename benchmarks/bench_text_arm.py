@@ -33,7 +33,8 @@ import torch
 import torch.nn.functional as F
 
 from vlbind.core.device import autocast, precision_for
-from vlbind.data.tasks import StageSpec, generate, pack_queries
+from vlbind.data.spec import StageSpec
+from vlbind.data.tasks import generate, pack_queries
 from vlbind.model.inference import answer_logits
 from vlbind.model.transformer import ModelConfig, Transformer, count_parameters
 from vlbind.training.config import TrainConfig

@@ -22,7 +22,8 @@ import numpy as np
 import torch
 
 from vlbind.core.device import precision_for
-from vlbind.data.tasks import StageSpec, generate, pack_queries
+from vlbind.data.spec import StageSpec
+from vlbind.data.tasks import generate, pack_queries
 from vlbind.model.transformer import ModelConfig, Transformer
 from vlbind.training.config import TrainConfig
 from vlbind.training.loop import train_attempt

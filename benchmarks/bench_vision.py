@@ -25,7 +25,8 @@ import yaml
 
 from vlbind.data.bank import ImageBank
 from vlbind.data.render import RenderConfig, layout_objects, load_image, render_bank
-from vlbind.data.tasks import IMAGE, TEXT, StageSpec, generate
+from vlbind.data.spec import StageSpec
+from vlbind.data.tasks import IMAGE, TEXT, generate
 from vlbind.model.inference import answer_logits
 from vlbind.model.transformer import ModelConfig, Transformer
 from vlbind.training.config import TrainConfig

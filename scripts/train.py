@@ -8,7 +8,7 @@ from vlbind.core.files import read_json
 from vlbind.core.logs import setup_logging
 from vlbind.core.settings import from_dict
 from vlbind.data.bank import ImageBank
-from vlbind.data.tasks import StageSpec
+from vlbind.data.spec import StageSpec
 from vlbind.model.checkpoint import load_model
 from vlbind.model.transformer import ModelConfig, Transformer
 from vlbind.training.attempts import as_long_as, train_stage

@@ -14,7 +14,7 @@ import torch
 from vlbind import config as vlconfig
 from vlbind.core.schema import schema_defaults
 from vlbind.core.settings import NON_FINITE
-from vlbind.data.tasks import StageSpec
+from vlbind.data.spec import StageSpec
 from vlbind.evaluation.tables import training_summary
 from vlbind.model.checkpoint import load_model
 from vlbind.model.transformer import ModelConfig, Transformer

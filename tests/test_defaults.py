@@ -19,7 +19,7 @@ from vlbind import config as vlconfig
 from vlbind.core import schema as vlschema
 from vlbind.core.settings import DEFAULTS_FILE, SETTINGS, config_defaults
 from vlbind.data.render import RenderConfig
-from vlbind.data.tasks import StageSpec
+from vlbind.data.spec import StageSpec
 from vlbind.evaluation.evaluate import EvalConfig
 from vlbind.model.transformer import ModelConfig
 from vlbind.qwen.binding import BindingConfig
@@ -33,7 +33,7 @@ RESOLVED = {(TrainConfig, "precision"), (TrainConfig, "sub_batch_tokens")}
 # ModelConfig's projector fields are config.yaml's `projector` section
 ELSEWHERE = {(ModelConfig, "projector_mult"): "projector.mult", (ModelConfig, "projector_scale"): "projector.scale",
              (TrainConfig, "stall_margin"): "divergence.stall_margin"}
-# The one default in code of a key configs may leave out, and why (tasks.StageSpec): a schema default would drop the
+# The one default in code of a key configs may leave out, and why (spec.StageSpec): a schema default would drop the
 # `image_fraction: 0.0` the image arm's stages write from their params and rerun them in every finished tree
 IN_CODE = {(StageSpec, "image_fraction")}
 # dataclasses that hold no config section: data, results, the vocabulary (the one home of its sizes)
@@ -128,7 +128,7 @@ def literal_defaults(cls) -> set[str]:
 
 def test_no_reader_of_a_stage_s_settings_falls_back_to_a_default_of_its_own():
     """config.stage_train gives every train key (the schema's defaults under the config's), and a stage's task holds
-    every task key but image_fraction (tasks.StageSpec's, read from there): a `.get(key, literal)` on either would be
+    every task key but image_fraction (spec.StageSpec's, read from there): a `.get(key, literal)` on either would be
     a second home of a default, which drifts."""
     pattern = re.compile(r'(stage_train\([^)]*\)|\["task"\]|\["train"\])\.get\("\w+", [^)]')
     found = [f"{p.relative_to(ROOT)}:{i}" for p in sorted((ROOT / "src/vlbind").rglob("*.py"))

@@ -14,7 +14,8 @@ from test_vision import make_bank, solve_image_prompt
 
 from vlbind.core.vocab import VOCAB
 from vlbind.data.batching import by_length
-from vlbind.data.tasks import IMAGE, Role, StageSpec, assemble, generate, pack_queries, prompt_text
+from vlbind.data.spec import StageSpec
+from vlbind.data.tasks import IMAGE, Role, assemble, generate, pack_queries, prompt_text
 from vlbind.model.inference import answer_logits
 from vlbind.model.transformer import ModelConfig, Transformer
 from vlbind.training.losses import prompt_loss

@@ -455,7 +455,7 @@ def test_spearman():
 
 @pytest.mark.parametrize("order", ["fixed", "shuffled"])
 def test_analysis_prompts_and_interchange_pairs_follow_the_order(order):
-    from vlbind.data.tasks import in_order
+    from vlbind.data.spec import in_order
     from vlbind.interp.interchange import INTERCHANGE_SPEC
 
     texts = [prompt_text(b, i) for b in analysis_prompts(64, seed=8, order=order) for i in range(len(b))]

@@ -13,7 +13,8 @@ from test_attempts import RETRIES, naive_stall_end, stall_settings
 from test_vision import make_bank, tiny
 
 from vlbind import config as vlconfig
-from vlbind.data.tasks import GROUNDING, IMAGE, RETRIEVAL, TEXT, StageSpec
+from vlbind.data.spec import StageSpec
+from vlbind.data.tasks import GROUNDING, IMAGE, RETRIEVAL, TEXT
 from vlbind.evaluation.tables import training_summary
 from vlbind.model.checkpoint import load_model
 from vlbind.model.inference import correct

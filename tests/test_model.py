@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 import torch
 
-from vlbind.data.tasks import Role, StageSpec, generate
+from vlbind.data.spec import StageSpec
+from vlbind.data.tasks import Role, generate
 from vlbind.model.hooks import cache_hook, knockout_hook, patch_hook, skip_block_hooks
 from vlbind.model.transformer import ModelConfig, Transformer, count_parameters, rope
 

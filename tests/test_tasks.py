@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 
 from vlbind.core.vocab import VOCAB
+from vlbind.data.spec import StageSpec
 from vlbind.data.tasks import (
     BY_COLOR,
     BY_SHAPE,
@@ -13,7 +14,6 @@ from vlbind.data.tasks import (
     RETRIEVAL,
     SOLO,
     Role,
-    StageSpec,
     generate,
     pack_queries,
     prompt_text,

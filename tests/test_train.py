@@ -11,7 +11,8 @@ from test_tasks import keys_in_context_order, solve
 
 from vlbind.core.settings import NON_FINITE
 from vlbind.core.vocab import VOCAB
-from vlbind.data.tasks import BY_COLOR, RETRIEVAL, Role, StageSpec, generate, prompt_text
+from vlbind.data.spec import StageSpec
+from vlbind.data.tasks import BY_COLOR, RETRIEVAL, Role, generate, prompt_text
 from vlbind.evaluation.evaluate import EVAL_SPEC, EvalConfig, evaluate
 from vlbind.evaluation.outcomes import ood_average
 from vlbind.evaluation.tables import training_summary

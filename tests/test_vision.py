@@ -17,7 +17,8 @@ import yaml
 from vlbind.core.vocab import VOCAB
 from vlbind.data.bank import ImageBank
 from vlbind.data.render import SHAPES, WEB_SAFE, RenderConfig, hex_to_rgb, layout_objects, render, render_bank
-from vlbind.data.tasks import IMAGE, RETRIEVAL, TEXT, Role, StageSpec, generate
+from vlbind.data.spec import StageSpec
+from vlbind.data.tasks import IMAGE, RETRIEVAL, TEXT, Role, generate
 from vlbind.evaluation.outcomes import divergence
 from vlbind.model.checkpoint import load_model, save_model
 from vlbind.model.inference import answer_logits, model_inputs

@@ -26,7 +26,8 @@ def _sample(args) -> int:
     from vlbind import config as vlconfig
     from vlbind.core.stages import STAGE_PARENTS
     from vlbind.core.vocab import VOCAB
-    from vlbind.data.tasks import BY_COLOR, BY_SHAPE, GROUNDING, RETRIEVAL, TEXT, StageSpec, generate, prompt_text
+    from vlbind.data.spec import StageSpec
+    from vlbind.data.tasks import BY_COLOR, BY_SHAPE, GROUNDING, RETRIEVAL, TEXT, generate, prompt_text
 
     cfg = vlconfig.load(args.config)
     if args.stage not in STAGE_PARENTS:

@@ -144,7 +144,7 @@ def _error(key: str, problem: str) -> ConfigError:
 def _stage_specs(config: dict) -> dict:
     """{config key: StageSpec} of every stage's task and start task; a task the library rejects is an error
     at that key."""
-    from vlbind.data.tasks import StageSpec
+    from vlbind.data.spec import StageSpec
 
     specs = {}
     for name in STAGE_PARENTS:
@@ -339,7 +339,7 @@ def stage_params(config: dict, stage: str, encoder: str | None = None) -> dict:
     if stage not in STAGE_PARENTS:
         raise ConfigError(f"unknown stage {stage!r}; valid: {sorted(STAGE_PARENTS)}")
     section = stage_section(config, stage)
-    from vlbind.data.tasks import StageSpec
+    from vlbind.data.spec import StageSpec
     from vlbind.training.config import TrainConfig
 
     train = _beside_defaults(stage_train(config, stage), "train")
@@ -372,7 +372,7 @@ def _beside_defaults(section: dict, definition: str) -> dict:
 
 
 def uses_images(config: dict, stage: str) -> bool:
-    from vlbind.data.tasks import StageSpec  # the one default of image_fraction (tasks.StageSpec: why there)
+    from vlbind.data.spec import StageSpec  # the one default of image_fraction (spec.StageSpec: why there)
 
     return stage_section(config, stage)["task"].get("image_fraction", StageSpec.image_fraction) > 0
 

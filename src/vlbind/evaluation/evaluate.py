@@ -20,7 +20,8 @@ from vlbind.core.schema import check_fields
 from vlbind.core.settings import config_defaults
 from vlbind.core.vocab import Vocab
 from vlbind.data.batching import in_batches
-from vlbind.data.tasks import BY_COLOR, RETRIEVAL, generate, in_order, text_retrieval_spec
+from vlbind.data.spec import in_order, text_retrieval_spec
+from vlbind.data.tasks import BY_COLOR, RETRIEVAL, generate
 from vlbind.model.inference import count_correct
 from vlbind.model.transformer import Transformer
 

@@ -32,7 +32,7 @@ ANALYSES = _registered()
 def analyze(analysis: str, model, cfg, device: str, order: str, precision: str):
     """Run one analysis of ANALYSES on `model` with its settings `cfg` (the dataclass that
     `settings(analysis, section)` builds from config key interp.<analysis>), on prompts whose association lists are
-    in `order` (config key interp.order; tasks.ORDERS), under the autocast `precision` (device.precision_for: "bf16"
+    in `order` (config key interp.order; spec.ORDERS), under the autocast `precision` (device.precision_for: "bf16"
     or "fp32"; config key `precision`, as training and evaluation).
 
     Returns (table, summary): a tidy DataFrame, one row per measurement, and a dict of run-level numbers that

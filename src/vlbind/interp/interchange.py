@@ -39,7 +39,8 @@ import torch
 
 from vlbind.core.settings import config_defaults
 from vlbind.data.batching import in_batches
-from vlbind.data.tasks import BY_COLOR, RETRIEVAL, Batch, StageSpec, assemble, generate, in_order, text_retrieval_spec
+from vlbind.data.spec import StageSpec, in_order, text_retrieval_spec
+from vlbind.data.tasks import BY_COLOR, RETRIEVAL, Batch, assemble, generate
 from vlbind.interp.mechanisms import SCRATCH_LABELS
 from vlbind.model.hooks import hook_name, resid_name
 from vlbind.model.inference import answer_logits, model_inputs
@@ -172,7 +173,7 @@ def sweep(model: Transformer, n_pairs: int, seed: int, batch_size: int = 128, de
           layers: list[int] | None = None, *, order: str,
           positions: tuple[str, ...] = tuple(POSITIONS)) -> tuple[pd.DataFrame, dict]:
     """Label shares per patched position and layer: tidy rows (position, layer, label, fraction, count), on pairs
-    whose association lists are in `order` (tasks.ORDERS), drawn at once and run `batch_size` at a time (the pairs do
+    whose association lists are in `order` (spec.ORDERS), drawn at once and run `batch_size` at a time (the pairs do
     not depend on it). Returns (table, info) where info counts generated, kept and dropped pairs."""
     model.eval()
     n = model.cfg.n_layers

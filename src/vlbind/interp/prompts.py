@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 
 from vlbind.data.batching import in_batches
-from vlbind.data.tasks import BY_COLOR, RETRIEVAL, Batch, Role, generate, in_order, text_retrieval_spec
+from vlbind.data.spec import in_order, text_retrieval_spec
+from vlbind.data.tasks import BY_COLOR, RETRIEVAL, Batch, Role, generate
 
 # Text prompts of <= 8 objects queried by color, as the paper analyses (full vocabulary; order: an argument).
 ANALYSIS_SPEC = text_retrieval_spec(2, 8)
@@ -16,7 +17,7 @@ ROLES = {"context color": Role.CONTEXT_COLOR, "context shape": Role.CONTEXT_SHAP
 
 def analysis_prompts(n: int, seed: int, batch_size: int = 256, *, order: str) -> list[Batch]:
     """`n` retrieval prompts of ANALYSIS_SPEC queried by color, without noise, association lists in `order`
-    (tasks.ORDERS), in batches of `batch_size`: the same prompts for any batch size."""
+    (spec.ORDERS), in batches of `batch_size`: the same prompts for any batch size."""
     rng = np.random.default_rng([seed, 0x40])
     spec = in_order(ANALYSIS_SPEC, order)
     return in_batches(generate(spec, n, rng, kind=RETRIEVAL, query_by=BY_COLOR, noise=False), batch_size)

@@ -43,7 +43,7 @@ import pandas as pd
 
 from vlbind.core.files import read_json, write_json
 from vlbind.core.settings import NON_FINITE
-from vlbind.data.tasks import StageSpec
+from vlbind.data.spec import StageSpec
 from vlbind.model.checkpoint import META_FILE, METRICS_FILE, MODEL_FILE, load_tensors, save_model
 from vlbind.training.config import TrainConfig, attempt_count
 from vlbind.training.loop import STALLED, train_attempt

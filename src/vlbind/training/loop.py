@@ -39,7 +39,8 @@ import torch
 from vlbind import __version__
 from vlbind.core.settings import NON_FINITE
 from vlbind.data.batching import batch_sizes, by_length
-from vlbind.data.tasks import GROUNDING, IMAGE, RETRIEVAL, TEXT, Batch, Role, StageSpec, generate, pack_queries
+from vlbind.data.spec import StageSpec
+from vlbind.data.tasks import GROUNDING, IMAGE, RETRIEVAL, TEXT, Batch, Role, generate, pack_queries
 from vlbind.model.checkpoint import save_model
 from vlbind.model.inference import correct
 from vlbind.model.transformer import Transformer

@@ -22,7 +22,7 @@ from vlbind.model.checkpoint import load_optimizer_tensors, load_tensors, optimi
 from vlbind.training.config import TrainConfig
 
 if TYPE_CHECKING:
-    from vlbind.data.tasks import StageSpec
+    from vlbind.data.spec import StageSpec
     from vlbind.model.transformer import Transformer
 
 log = logging.getLogger(__name__)
