@@ -476,3 +476,13 @@ def test_training_priority_is_the_longest_chain_below_a_stage():
                       for leaf in leaves if stage in vlstages.lineage(leaf))
         assert vlstages.chain_below(stage) == longest, stage
     assert vlstages.chain_below("text_s1") == len(vlstages.lineage("noise_image_text"))
+
+
+def test_a_run_name_is_what_the_rules_write_and_parse_run_reads_it_back():
+    """run_name fills the two run patterns train.smk writes a stage under (config.TEXT_RUN, VISION_RUN), parse_run
+    reads one back, and the `run` wildcard of the read-out rules (common.smk) matches both."""
+    constraint = re.search(r'run="([^"]+)"', (ROOT / "workflow/rules/common.smk").read_text()).group(1)
+    for stage, encoder, name in (("text_s5", None, "seed3"), ("image", "vit_b16", "seed3-vit_b16")):
+        assert vlconfig.run_name(3, stage, encoder) == name
+        assert vlconfig.parse_run(name) == (3, encoder)
+        assert re.fullmatch(constraint, name)

@@ -402,18 +402,24 @@ def pretrained_encoder_file(name: str) -> str:
     return f"results/encoders/{name}.safetensors"
 
 
+# A run's directory under results/models/ (and logs/, benchmarks/): one per seed for the text stages, per seed and
+# encoder for the vision stages. The one home of both patterns: the rules write them with wildcards, run_name fills
+# them in, parse_run reads one back.
+TEXT_RUN, VISION_RUN = "seed{seed}", "seed{seed}-{encoder}"
+
+
 def run_name(seed: int, stage: str, encoder: str | None = None) -> str:
-    """The run directory a stage's checkpoint lives in: seed{S} or, for vision stages, seed{S}-{encoder}."""
-    return f"seed{seed}-{encoder}" if stage in VISION_STAGES else f"seed{seed}"
+    """The run directory a stage's checkpoint lives in: TEXT_RUN or, for vision stages, VISION_RUN filled in."""
+    return (VISION_RUN if stage in VISION_STAGES else TEXT_RUN).format(seed=seed, encoder=encoder)
 
 
 def variant_runs(config: dict, variant: str) -> list[str]:
-    """Run ids of a variant: one per seed (all of `seeds`, or those `variant_seeds` gives it), or per seed and
-    encoder for image-trained variants."""
+    """Run ids of a variant: one per seed (all of `seeds`, or those `variant_seeds` gives it), and per encoder for
+    image-trained variants."""
     seeds = config["variant_seeds"].get(variant, config["seeds"])
-    if VARIANT_STAGE[variant] in VISION_STAGES:
-        return [f"seed{s}-{e}" for s in seeds for e in config["vision"]["encoders"]]
-    return [f"seed{s}" for s in seeds]
+    stage = VARIANT_STAGE[variant]
+    encoders = config["vision"]["encoders"] if stage in VISION_STAGES else [None]
+    return [run_name(s, stage, e) for s in seeds for e in encoders]
 
 
 def parse_run(run: str) -> tuple[int, str | None]:

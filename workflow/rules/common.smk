@@ -54,8 +54,8 @@ STAGE_FILES = {"model": "model.safetensors", "meta": "meta.json", "metrics": "me
 
 
 def stage_files(run, root="results"):
-    """The three files a training rule writes (or reuse_stage copies), for a run pattern ("seed{seed}",
-    "seed{seed}-{encoder}") and the stage wildcard, under `root`."""
+    """The three files a training rule writes (or reuse_stage copies), for a run pattern (vlconfig.TEXT_RUN,
+    vlconfig.VISION_RUN) and the stage wildcard, under `root`."""
     return {k: f"{root}/models/{run}/{{stage}}/{name}" for k, name in STAGE_FILES.items()}
 
 

@@ -9,11 +9,11 @@ rule train_text:
         unpack(noise_control_twin),
         parent=parent_model,
     output:
-        **stage_files("seed{seed}"),
+        **stage_files(vlconfig.TEXT_RUN),
     log:
-        "results/logs/train/seed{seed}/{stage}.log",
+        f"results/logs/train/{vlconfig.TEXT_RUN}/{{stage}}.log",
     benchmark:
-        "results/benchmarks/train/seed{seed}/{stage}.tsv"
+        f"results/benchmarks/train/{vlconfig.TEXT_RUN}/{{stage}}.tsv"
     wildcard_constraints:
         stage="|".join(s for s in vlstages.TEXT_STAGES if s not in REUSED),
     priority: lambda wc: 10 + vlstages.chain_below(wc.stage)  # training first, the longest chains first
@@ -34,11 +34,11 @@ use rule train_text as train_vision with:
         unpack(stage_features),
         parent=parent_model,
     output:
-        **stage_files("seed{seed}-{encoder}"),
+        **stage_files(vlconfig.VISION_RUN),
     log:
-        "results/logs/train/seed{seed}-{encoder}/{stage}.log",
+        f"results/logs/train/{vlconfig.VISION_RUN}/{{stage}}.log",
     benchmark:
-        "results/benchmarks/train/seed{seed}-{encoder}/{stage}.tsv"
+        f"results/benchmarks/train/{vlconfig.VISION_RUN}/{{stage}}.tsv"
     wildcard_constraints:
         stage="|".join(vlstages.VISION_STAGES),
     params:
@@ -50,11 +50,11 @@ rule reuse_stage:
     """A stage an experiment shares with another results tree (config key `reuse`): its files copied from there, so
     that the stages below it train from the very weights the other tree's did."""
     input:
-        **stage_files("seed{seed}", root=REUSE_TREE),
+        **stage_files(vlconfig.TEXT_RUN, root=REUSE_TREE),
     output:
-        **stage_files("seed{seed}"),
+        **stage_files(vlconfig.TEXT_RUN),
     log:
-        "results/logs/reuse/seed{seed}/{stage}.log",
+        f"results/logs/reuse/{vlconfig.TEXT_RUN}/{{stage}}.log",
     wildcard_constraints:
         stage="|".join(REUSED) or "^$",
     localrule: True
