@@ -86,3 +86,12 @@ def test_bad_probe_config_names_the_key():
         QwenProbeConfig(train_prompts=4, folds=5)
     with pytest.raises(ValueError, match="qwen.probes.ridges"):
         QwenProbeConfig.from_dict({"ridges": [0]})
+
+
+def test_the_qwen_probes_share_the_ridge_inputs_without_the_scratch_model_stack():
+    """qwen.probes reads interp.ridge, not interp.probes: importing it loads no module of vlbind.model."""
+    import subprocess
+    import sys
+
+    code = "import sys, vlbind.qwen.probes; print(sorted(m for m in sys.modules if m.startswith('vlbind.model')))"
+    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout == "[]\n"

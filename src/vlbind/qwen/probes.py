@@ -28,7 +28,7 @@ import pandas as pd
 import torch
 
 from vlbind.core.settings import config_defaults, from_dict
-from vlbind.interp.probes import ridge_inputs
+from vlbind.interp.ridge import ridge_inputs
 from vlbind.qwen.models import decoder_layers
 from vlbind.qwen.prompts import Chat
 from vlbind.qwen.words import COLOR_WORDS, ITEM_WORDS, SHAPE_WORDS
@@ -116,7 +116,7 @@ def collect(model, tokenizer, prompts: list[ProbePrompt], chat: Chat, device: st
 def ridge_accuracy(x_train, y_train, x_test, y_test, ridges, device: str = "cpu") -> tuple[np.ndarray, float]:
     """(held-out accuracy (len(ridges), L) of ridge classifiers fitted per layer on x_train (L, N, d), chance):
     the dual solution X^T (X X^T + a I)^-1 Y of interp.probes.fit_and_score's primal one, on the same inputs
-    (interp.probes.ridge_inputs, float64); one eigendecomposition serves every penalty. Computed on `device`
+    (interp.ridge.ridge_inputs, float64); one eigendecomposition serves every penalty. Computed on `device`
     (the job's GPU, where it has one): the Gram matrices and their eigendecompositions are the cost,
     ~L (2 N^2 d + 9 N^3) flops (benchmarks/bench_qwen_probes.py)."""
     xt, onehot, xe, y_te, chance = (t.to(device) if torch.is_tensor(t) else t
