@@ -98,3 +98,19 @@ def test_each_row_gives_a_meaning_the_paper_and_mini_values_and_a_source(key):
     expected, expected_mini = (effective(config, key) for config in (paper, mini))
     assert paper_value == expected
     assert mini_value == ("same" if expected_mini == expected else expected_mini)
+
+
+def test_the_table_is_the_one_config_reference_writes(tmp_path, capsys):
+    """The table's meanings and sources have one home, the schema: `python -m vlbind config-reference` writes the
+    table from it and the config files, and --write replaces an out-of-date table with it."""
+    from vlbind.cli import main
+
+    configs = ["--paper", str(ROOT / "config/config.yaml"), "--mini", str(ROOT / "config/mini.yaml")]
+    assert main(["config-reference", *configs]) == 0
+    table = capsys.readouterr().out
+    readme = (ROOT / "config/README.md").read_text()
+    assert readme.endswith(table), "config/README.md's table is out of date: python -m vlbind config-reference --write"
+    stale = tmp_path / "README.md"
+    stale.write_text(readme.replace("| `train.lr` | peak", "| `train.lr` | a stale meaning"))
+    assert main(["config-reference", *configs, "--write", str(stale)]) == 0
+    assert stale.read_text() == readme

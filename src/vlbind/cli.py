@@ -10,12 +10,16 @@
         color-key, shape-key, reflexive and no-effect mechanisms (prompts of 5.. objects).
     python -m vlbind check-config config/config.yaml my-overlay.yaml
         merge and validate config files as Snakemake would; a YAML error names its file and line.
+    python -m vlbind config-reference [--write config/README.md]
+        the table of every config key: its meaning and source (the schema's), its value in config.yaml and mini.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
+from pathlib import Path
 
 import numpy as np
 
@@ -86,6 +90,48 @@ def _check_config(args) -> int:
     return 0
 
 
+def _config_reference(args) -> int:
+    from vlbind import config as vlconfig
+    from vlbind.core import schema as vlschema
+    from vlbind.core.settings import read_yaml
+
+    paper = read_yaml(Path(args.paper).read_text())  # as written: the keys it leaves at the schema's default left out
+    mini = vlconfig.load([args.paper, args.mini])
+    rows = ["| key | meaning | paper | mini | source |", "| --- | --- | --- | --- | --- |"]
+    for key, entry in vlschema.reference():
+        value, mini_value = (_written(config, key) for config in (paper, mini))
+        rows.append(f"| `{key}` | {entry['description']} | {value} | {'same' if mini_value == value else mini_value} "
+                    f"| [{entry['source']}] |")
+    table = "\n".join(rows) + "\n"
+    if args.write is None:
+        print(table, end="")
+        return 0
+    text = Path(args.write).read_text()
+    head = text.find(rows[0])
+    if head < 0:
+        raise ValueError(f"{args.write} has no table to replace (a line {rows[0]!r})")
+    Path(args.write).write_text(text[:head] + table)  # the table ends the file
+    print(f"wrote {len(rows) - 2} keys to {args.write}")
+    return 0
+
+
+def _written(config: dict, key: str) -> str:
+    """The table's cell of `key` in `config`: its value as JSON in backticks, `per entry` under a mapping of named
+    entries, a task or train key left out: the schema's default, any other left out: "—"."""
+    from vlbind.core.schema import schema_defaults
+
+    node = config
+    for part in key.split("."):
+        if part.startswith("<"):
+            return "per entry"
+        if part not in node:
+            section, _, name = key.partition(".")
+            defaults = schema_defaults(section) if section in ("task", "train") else {}
+            return f"`{json.dumps(defaults[name])}`" if name in defaults else "—"
+        node = node[part]
+    return f"`{json.dumps(node)}`"
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m vlbind", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -108,9 +154,14 @@ def main(argv: list[str] | None = None) -> int:
                         "repository's config/config.yaml)")
     c = sub.add_parser("check-config", help="merge and validate config files; print the first error")
     c.add_argument("files", nargs="+", help="config file and overlays, merged left to right")
+    r = sub.add_parser("config-reference", help="print config/README.md's table of every config key")
+    r.add_argument("--paper", default="config/config.yaml", help="the paper's config (its values: column paper)")
+    r.add_argument("--mini", default="config/mini.yaml", help="the overlay of column mini")
+    r.add_argument("--write", metavar="FILE", help="replace FILE's table (from its header line to its end) instead")
     args = parser.parse_args(argv)
     try:
-        return {"sample": _sample, "check-config": _check_config}[args.command](args)
+        command = {"sample": _sample, "check-config": _check_config, "config-reference": _config_reference}
+        return command[args.command](args)
     except (ValueError, FileNotFoundError) as e:  # bad config, arguments or paths: one clear line
         print(f"error: {e}", file=sys.stderr)
         return 2

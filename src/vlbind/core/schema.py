@@ -71,6 +71,31 @@ def marked(keyword: str) -> dict[str, tuple[str, ...]]:
     return found
 
 
+def reference() -> list[tuple[str, dict]]:
+    """Every setting a config may write, as (dotted key, its schema entry: `description`, `source`, ...), in the
+    schema's order: `<name>` for an entry of a mapping (an encoder, a Qwen model), `<stage>` for a stage; the `task`
+    and `train` sections a stage overrides listed once, as task.* and train.* (config/README.md's table, written by
+    `python -m vlbind config-reference`)."""
+    found = []
+
+    def walk(node: dict, path: list[str]) -> None:
+        if path[:1] == ["stages"] and node.get("$ref", "").rsplit("/", 1)[-1] in ("task", "train"):
+            return
+        node = _followed(node)
+        if path == ["stages"]:
+            walk(schema()["definitions"]["stage"], ["stages", "<stage>"])
+        elif "properties" in node:
+            for key, entry in node["properties"].items():
+                walk(entry, [*path, key])
+        elif isinstance(node.get("additionalProperties"), dict):
+            walk(node["additionalProperties"], [*path, "<name>"])
+        else:
+            found.append((".".join(path), node))
+
+    walk(schema(), [])
+    return found
+
+
 def _followed(node: dict) -> dict:
     while "$ref" in node:
         node = schema()["definitions"][node["$ref"].rsplit("/", 1)[1]]
