@@ -15,30 +15,9 @@ SOURCES = {"[paper]", "[assumption]", "[changed]", "[ours]", "[tool]"}
 
 
 def schema_keys() -> list[str]:
-    """Every leaf key of the schema; the `task` and `train` sections a stage overrides are listed once, as task.* and
-    train.*; mappings of named entries (encoders, Qwen models) as <name>."""
-    schema = vlschema.schema()
-    keys = []
-
-    def walk(node, path):
-        if "$ref" in node:
-            name = node["$ref"].rsplit("/", 1)[1]
-            if name in ("task", "train") and path[0] == "stages":
-                return
-            node = schema["definitions"][name]
-        if path == ["stages"]:
-            walk(schema["definitions"]["stage"], ["stages", "<stage>"])
-            return
-        if "properties" in node:
-            for k, v in node["properties"].items():
-                walk(v, [*path, k])
-        elif isinstance(node.get("additionalProperties"), dict):
-            walk(node["additionalProperties"], [*path, "<name>"])
-        else:
-            keys.append(".".join(path))
-
-    walk(schema, [])
-    return keys
+    """Every leaf key of the schema, as the table lists it (core.schema.reference; that it misses none a config writes:
+    test_every_key_a_config_file_writes_has_a_row)."""
+    return [key for key, _ in vlschema.reference()]
 
 
 def value(config: dict, key: str) -> str:
@@ -83,6 +62,27 @@ def test_no_schema_entry_lost_part_of_its_text_to_a_comma():
 
     walk(vlschema.schema(), [])
     assert not stray
+
+
+def test_every_key_a_config_file_writes_has_a_row():
+    """Walked from the config files, not the schema: every key config.yaml, mini.yaml and smoke.yaml write is a key of
+    the table (a stage's task and train keys as task.* and train.*, named entries as <name> / <stage>)."""
+    keys = set(schema_keys())
+    prefixes = {".".join(k.split(".")[:i]) for k in keys for i in range(1, k.count(".") + 1)}
+
+    def walk(node: dict, path: list[str]) -> None:
+        for key, value in node.items():
+            if path[:1] == ["stages"] and key in ("task", "train"):
+                here = [key]  # a stage's own task and train keys: those of the top-level sections
+            else:
+                here = next(([*path, part] for part in (str(key), "<name>", "<stage>")
+                             if ".".join([*path, part]) in keys | prefixes), None)
+            assert here is not None, f"{'.'.join([*path, str(key)])} has no row"
+            if ".".join(here) not in keys:
+                walk(value, here)
+
+    for name in ("config.yaml", "mini.yaml", "smoke.yaml"):
+        walk(yaml.safe_load((ROOT / "config" / name).read_text()), [])
 
 
 def test_the_table_lists_every_schema_key_once_and_nothing_else():
