@@ -93,6 +93,7 @@ def _check_config(args) -> int:
 def _config_reference(args) -> int:
     from vlbind import config as vlconfig
     from vlbind.core import schema as vlschema
+    from vlbind.core.files import atomic_write
     from vlbind.core.settings import read_yaml
 
     paper = read_yaml(Path(args.paper).read_text())  # as written: the keys it leaves at the schema's default left out
@@ -110,7 +111,7 @@ def _config_reference(args) -> int:
     head = text.find(rows[0])
     if head < 0:
         raise ValueError(f"{args.write} has no table to replace (a line {rows[0]!r})")
-    Path(args.write).write_text(text[:head] + table)  # the table ends the file
+    atomic_write(Path(args.write), lambda tmp: Path(tmp).write_text(text[:head] + table))  # the table ends the file
     print(f"wrote {len(rows) - 2} keys to {args.write}")
     return 0
 
