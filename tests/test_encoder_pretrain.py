@@ -49,3 +49,5 @@ def test_pretraining_config_rejects_what_cannot_hold_a_rendering_out():
         PretrainConfig(renderings=1)
     with pytest.raises(ValueError, match="unknown PretrainConfig keys"):
         PretrainConfig.from_dict({"epoch": 3})
+    with pytest.raises(ValueError, match="min_scale <= max_scale"):  # when built, not when first rendered
+        PretrainConfig(min_scale=0.9, max_scale=0.5)

@@ -48,6 +48,8 @@ class PretrainConfig:
 
     def __post_init__(self) -> None:
         check_fields("encoders.*.pretrain", self)  # types and ranges: the schema's (renderings >= 2: one held out)
+        if self.min_scale > self.max_scale:
+            raise ValueError(f"PretrainConfig needs min_scale <= max_scale, got {self.min_scale} > {self.max_scale}")
 
     @classmethod
     def from_dict(cls, d: dict) -> PretrainConfig:
