@@ -5,7 +5,6 @@ from pathlib import Path
 
 import pandas as pd
 
-from vlbind.config import job_section
 from vlbind.core.device import job_device
 from vlbind.core.files import atomic_write, read_json
 from vlbind.core.logs import setup_logging
@@ -13,6 +12,7 @@ from vlbind.core.settings import from_dict
 from vlbind.evaluation.evaluate import EvalConfig, evaluate
 from vlbind.evaluation.outcomes import DivergenceRule, ood_average, with_verdicts
 from vlbind.model.checkpoint import load_model
+from vlbind.params import job_section
 
 sm = snakemake  # noqa: F821
 log = setup_logging(sm.log[0])

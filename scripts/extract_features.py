@@ -1,9 +1,9 @@
 """Snakemake adapter: encode every image of a bank once with a frozen timm encoder."""
 import pandas as pd
 
-from vlbind.config import speed_settings
 from vlbind.core.device import job_device
 from vlbind.core.logs import setup_logging
+from vlbind.params import speed_settings
 from vlbind.vision.encoders import EncoderSpec, extract
 
 sm = snakemake  # noqa: F821 (injected by Snakemake)

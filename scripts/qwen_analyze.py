@@ -1,9 +1,9 @@
 """Snakemake adapter: the mechanistic analyses of one pretrained Qwen model (or its tiny stand-in), loaded once:
 interchange interventions on the boxes task (Table 1) and color probes at the shape tokens (Fig 14, Fig 15)."""
-from vlbind.config import job_section
 from vlbind.core.device import job_device
 from vlbind.core.files import atomic_write
 from vlbind.core.logs import setup_logging
+from vlbind.params import job_section
 from vlbind.qwen import jobs, models
 from vlbind.qwen.binding import BindingConfig, interchange, make_pairs, their_chat
 from vlbind.qwen.probes import QwenProbeConfig, probe_table

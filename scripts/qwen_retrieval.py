@@ -1,10 +1,10 @@
 """Snakemake adapter: Direct and Indirect Retrieval of one pretrained Qwen model (or its tiny stand-in), loaded
 once; each task's generation seeded on its own (retrieval.evaluate), as if it ran alone."""
-from vlbind.config import job_section
 from vlbind.core.device import job_device
 from vlbind.core.files import atomic_write
 from vlbind.core.logs import setup_logging
 from vlbind.core.settings import from_dict
+from vlbind.params import job_section
 from vlbind.qwen import jobs, models
 from vlbind.qwen.prompts import Chat, PromptConfig, prompts
 from vlbind.qwen.retrieval import Generation, evaluate

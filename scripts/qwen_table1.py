@@ -1,9 +1,9 @@
 """Snakemake adapter: Table 1 (peak layer, symbolic/positional ratios, VLM - LLM) from every model's interchange."""
 import pandas as pd
 
-from vlbind.config import job_section
 from vlbind.core.files import atomic_write
 from vlbind.core.logs import setup_logging
+from vlbind.params import job_section
 from vlbind.qwen.binding import BindingConfig, table1
 
 sm = snakemake  # noqa: F821 (injected by Snakemake)

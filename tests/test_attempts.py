@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from vlbind import config as vlconfig
+from vlbind import params as vlparams
 from vlbind.core.schema import schema_defaults
 from vlbind.core.settings import NON_FINITE
 from vlbind.data.spec import StageSpec
@@ -226,7 +227,7 @@ RETRIES = Path(__file__).resolve().parents[1] / "docs/results/retries/curves"
 def stall_settings(files: list[str], stage: str) -> tuple[int, float]:
     """A stage's resolved (stall_steps, stall_gain): its config's, else the schema's default."""
     root = Path(__file__).resolve().parents[1]
-    train = vlconfig.stage_train(vlconfig.load([root / f for f in files]), stage)
+    train = vlparams.stage_train(vlconfig.load([root / f for f in files]), stage)
     defaults = schema_defaults("train")
     return tuple(train.get(k, defaults[k]) for k in ("stall_steps", "stall_gain"))
 

@@ -16,6 +16,7 @@ import yaml
 from test_config_reference import ROOT
 
 from vlbind import config as vlconfig
+from vlbind import params as vlparams
 from vlbind.core import schema as vlschema
 from vlbind.core.settings import DEFAULTS_FILE, SETTINGS, config_defaults
 from vlbind.data.render import RenderConfig
@@ -127,7 +128,7 @@ def literal_defaults(cls) -> set[str]:
 
 
 def test_no_reader_of_a_stage_s_settings_falls_back_to_a_default_of_its_own():
-    """config.stage_train gives every train key (the schema's defaults under the config's), and a stage's task holds
+    """params.stage_train gives every train key (the schema's defaults under the config's), and a stage's task holds
     every task key but image_fraction (spec.StageSpec's, read from there): a `.get(key, literal)` on either would be
     a second home of a default, which drifts."""
     pattern = re.compile(r'(stage_train\([^)]*\)|\["task"\]|\["train"\])\.get\("\w+", [^)]')
@@ -187,7 +188,7 @@ def test_an_optional_setting_has_its_one_default_in_the_schema_and_config_yaml_r
     assert optional and {k: defaults[k] for k in optional} == optional
     # config.yaml writes one only to set the paper's scale apart from the default (train.stall_steps: mini's 3,000)
     assert all(PAPER[definition][k] != optional[k] for k in set(optional) & set(PAPER[definition]))
-    given = vlconfig.stage_section(PAPER, "text_s3")["task"] if definition == "task" else PAPER["train"]
+    given = vlparams.stage_section(PAPER, "text_s3")["task"] if definition == "task" else PAPER["train"]
     section = {k: v for k, v in given.items() if k not in optional}
     if definition == "task":
         built = StageSpec.from_dict(section)

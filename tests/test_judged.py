@@ -13,6 +13,7 @@ from test_attempts import RETRIES, naive_stall_end, stall_settings
 from test_vision import make_bank, tiny
 
 from vlbind import config as vlconfig
+from vlbind import params as vlparams
 from vlbind.data.spec import StageSpec
 from vlbind.data.tasks import GROUNDING, IMAGE, RETRIEVAL, TEXT
 from vlbind.evaluation.tables import training_summary
@@ -242,18 +243,18 @@ def test_a_stage_whose_stall_window_cannot_fire_before_its_cap_is_a_config_error
 
 def test_stall_margin_comes_from_the_divergence_section_and_reruns_only_where_it_changes():
     config = vlconfig.load([ROOT / "config/config.yaml", ROOT / "config/mini.yaml"])
-    assert vlconfig.stage_train(config, "image")["stall_margin"] == config["divergence"]["stall_margin"] == 0.05
-    assert "stall_margin" not in vlconfig.stage_params(config, "text_s1")["train"]  # the default: nothing reruns
+    assert vlparams.stage_train(config, "image")["stall_margin"] == config["divergence"]["stall_margin"] == 0.05
+    assert "stall_margin" not in vlparams.stage_params(config, "text_s1")["train"]  # the default: nothing reruns
     wider = {**config, "divergence": {**config["divergence"], "stall_margin": 0.1}}
-    assert vlconfig.stage_params(wider, "text_s1")["train"]["stall_margin"] == 0.1
+    assert vlparams.stage_params(wider, "text_s1")["train"]["stall_margin"] == 0.1
     for cfg, margin in [(wider, 0.1), (config, 0.05)]:  # what the training job reads: its params
-        train = vlconfig.stage_params(cfg, "image", "render_cnn")["train"]
+        train = vlparams.stage_params(cfg, "image", "render_cnn")["train"]
         assert TrainConfig.from_section(train, 0, "cpu", "fp32").stall_margin == margin
     # a stage whose validation mixes kinds names the part its rules read; a text stage's params are as before
-    assert vlconfig.stage_params(config, "image", "render_cnn")["val_judged"] == "retrieval"
-    assert vlconfig.stage_params(config, "curriculum_image", "render_cnn")["val_judged"] == "retrieval"
-    assert "val_judged" not in vlconfig.stage_params(config, "grounding")
-    assert "val_judged" not in vlconfig.stage_params(config, "text_s3")
+    assert vlparams.stage_params(config, "image", "render_cnn")["val_judged"] == "retrieval"
+    assert vlparams.stage_params(config, "curriculum_image", "render_cnn")["val_judged"] == "retrieval"
+    assert "val_judged" not in vlparams.stage_params(config, "grounding")
+    assert "val_judged" not in vlparams.stage_params(config, "text_s3")
 
 
 @pytest.mark.parametrize("patience, min_delta", [(2, 0.002), (4, 0.01), (8, 0.002)])

@@ -30,16 +30,17 @@ from test_workflow import (
 )
 
 from vlbind import config as vlconfig
+from vlbind import params as vlparams
 from vlbind.core import stages as vlstages
 
 SMOKE = vlconfig.load([ROOT / "config/config.yaml", ROOT / "config/smoke.yaml"])
-RUNS = {v: vlconfig.variant_runs(SMOKE, v) for v in VARIANTS}  # text_only on both seeds, the others on seed 0
+RUNS = {v: vlparams.variant_runs(SMOKE, v) for v in VARIANTS}  # text_only on both seeds, the others on seed 0
 assert RUNS["text_only"] == ["seed0", "seed1"] and RUNS["image_text"] == [f"seed0-{e}" for e in ENCODERS]
 
 
 def seeds_of(stage: str) -> list[int]:
     """The seeds the smoke DAG trains `stage` on (variant_seeds: seed 1 trains text_only's lineage only)."""
-    return sorted({vlconfig.parse_run(r)[0] for v in VARIANTS for r in RUNS[v]
+    return sorted({vlparams.parse_run(r)[0] for v in VARIANTS for r in RUNS[v]
                    if stage in vlstages.lineage(vlstages.VARIANT_STAGE[v])})
 
 
@@ -189,7 +190,7 @@ def test_changed_pretraining_setting_repretrains_that_encoder_and_reruns_its_fea
 
 
 def test_a_changed_grid_of_a_pretrained_encoder_reextracts_its_features_without_pretraining_it(smoke_tree, tmp_path):
-    """Pretraining reads the encoder's timm_name, model_kwargs and pretrain section only (config.pretrain_spec):
+    """Pretraining reads the encoder's timm_name, model_kwargs and pretrain section only (params.pretrain_spec):
     `grid` pools the features, so it reruns extraction and the vision stages, not pretrain_encoder."""
     jobs = dry_run_with(smoke_tree, tmp_path, "encoders:\n  cnn_tiny: {grid: 2}\n")
     expected = {("extract_features", "encoder=cnn_tiny, layout=per_object")}

@@ -625,12 +625,13 @@ def test_stage_params_carry_the_start_task_merged_over_the_stage_task():
     from pathlib import Path
 
     from vlbind import config as vlconfig
+    from vlbind import params as vlparams
 
     root = Path(__file__).resolve().parents[1]
     config = vlconfig.load([root / "config/config.yaml", root / "config/mini.yaml"])
-    params = vlconfig.stage_params(config, "image", "render_cnn")
+    params = vlparams.stage_params(config, "image", "render_cnn")
     assert params["start"]["task"] == {**params["task"], "max_objects": 2} and params["start"]["steps"] == 3000
-    assert "start" not in vlconfig.stage_params(config, "mixed", "render_cnn")
+    assert "start" not in vlparams.stage_params(config, "mixed", "render_cnn")
 
 
 def test_a_job_logs_its_device_and_precision_first(caplog):

@@ -19,6 +19,7 @@ import yaml
 
 from vlbind import captions as vlcaptions
 from vlbind import config as vlconfig
+from vlbind import params as vlparams
 from vlbind.core import schema as vlschema
 from vlbind.core import stages as vlstages
 
@@ -260,12 +261,12 @@ def test_paper_config_dry_run_lists_every_stage_for_4_seeds_and_3_encoders(workf
 @pytest.mark.parametrize("overlays", [[], ["config/mini.yaml"], ["config/smoke.yaml"]])
 def test_validation_reads_a_config_and_never_changes_it(overlays):
     """Derived sections (the controls' tasks, the curriculum control's stages) are read through
-    config.stage_section, never written into the config."""
+    params.stage_section, never written into the config."""
     import copy
 
     raw = {}
     for path in ["config/config.yaml", *overlays]:
-        raw = vlconfig.deep_merge(raw, yaml.safe_load((ROOT / path).read_text()))
+        raw = vlparams.deep_merge(raw, yaml.safe_load((ROOT / path).read_text()))
     before = copy.deepcopy(raw)
     assert vlconfig.validate(raw) == before and raw == before
 
@@ -279,8 +280,8 @@ def test_rule_params_do_not_depend_on_the_order_keys_were_merged_in():
     config = vlconfig.load([ROOT / "config/config.yaml", ROOT / "config/smoke.yaml"])
     flipped = reverse(config)
     for stage, encoder in (("text_s1", None), ("image", ENCODER)):
-        a = yaml.safe_dump(vlconfig.stage_params(config, stage, encoder), sort_keys=False)
-        b = yaml.safe_dump(vlconfig.stage_params(flipped, stage, encoder), sort_keys=False)
+        a = yaml.safe_dump(vlparams.stage_params(config, stage, encoder), sort_keys=False)
+        b = yaml.safe_dump(vlparams.stage_params(flipped, stage, encoder), sort_keys=False)
         assert a == b
 
 
@@ -293,12 +294,12 @@ def test_settings_at_their_schema_default_are_left_out_of_stage_params():
     assert defaults
     written = {**config, "train": {**defaults, **config["train"]}}  # each optional setting written at its default
     for stage in vlstages.TEXT_STAGES:
-        assert vlconfig.stage_params(written, stage) == vlconfig.stage_params(config, stage), stage
+        assert vlparams.stage_params(written, stage) == vlparams.stage_params(config, stage), stage
     # a setting moved off its default is a change
     changed = vlconfig.load([ROOT / "config/config.yaml", ROOT / "config/mini.yaml"])
     changed["stages"]["text_s5"]["train"]["queries"] = {"one": "all", "all": "one"}[
-        vlconfig.stage_train(config, "text_s5").get("queries", defaults["queries"])]
-    assert vlconfig.stage_params(changed, "text_s5") != vlconfig.stage_params(config, "text_s5")
+        vlparams.stage_train(config, "text_s5").get("queries", defaults["queries"])]
+    assert vlparams.stage_params(changed, "text_s5") != vlparams.stage_params(config, "text_s5")
 
 
 def test_bf16_on_a_cpu_without_bf16_instructions_warns_with_the_key_and_auto_picks_fp32(monkeypatch):
@@ -369,9 +370,9 @@ def test_mini_trains_the_papers_shuffled_text_arm_and_the_fixed_order_overlay_sw
     mini = vlconfig.load([ROOT / "config/config.yaml", ROOT / "config/mini.yaml"])
     stages = ("text_s4", "text_s5", "noise_text", *vlstages.VISION_STAGES)
     for cfg in (paper, mini):
-        assert all(vlconfig.stage_section(cfg, s)["task"]["shuffle"] for s in stages)
+        assert all(vlparams.stage_section(cfg, s)["task"]["shuffle"] for s in stages)
         assert (cfg["evaluate"]["orders"][0], cfg["interp"]["order"]) == ("shuffled", "shuffled")
-    s4, paper_s4 = (vlconfig.stage_params(c, "text_s4") for c in (mini, paper))
+    s4, paper_s4 = (vlparams.stage_params(c, "text_s4") for c in (mini, paper))
     assert s4["train"]["max_steps"] > 0 and s4["train"]["ramp"] and s4["task"]["solo_fraction"] > 0
     assert s4["train"]["batch_size"] == paper_s4["train"]["batch_size"]
     assert (s4["train"]["lr"], paper_s4["train"]["lr"]) == (1.0e-3, 3.0e-4)
@@ -379,19 +380,19 @@ def test_mini_trains_the_papers_shuffled_text_arm_and_the_fixed_order_overlay_sw
     for base, encoder_of in ((paper, "resnet152"), (mini, "render_cnn")):
         names = ["config/config.yaml", *(["config/mini.yaml"] if base is mini else []), "config/fixed_text.yaml"]
         fixed = vlconfig.load([ROOT / n for n in names])
-        assert {s: vlconfig.stage_section(fixed, s)["task"]["shuffle"] for s in stages} == {
+        assert {s: vlparams.stage_section(fixed, s)["task"]["shuffle"] for s in stages} == {
             "text_s4": True, "text_s5": False, "noise_text": False, **dict.fromkeys(vlstages.VISION_STAGES, True)}
-        assert vlconfig.stage_params(fixed, "text_s4")["train"]["max_steps"] == 0
+        assert vlparams.stage_params(fixed, "text_s4")["train"]["max_steps"] == 0
         assert (fixed["evaluate"]["orders"], fixed["interp"]["order"]) == (["fixed", "shuffled"], "fixed")
         for s in vlstages.STAGE_PARENTS:
-            encoder = encoder_of if vlconfig.uses_images(base, s) else None
+            encoder = encoder_of if vlparams.uses_images(base, s) else None
             if s not in ("text_s4", "text_s5", "noise_text", "text_bind", "noise_text_bind", "text_long"):  # controls
-                assert vlconfig.stage_params(fixed, s, encoder) == vlconfig.stage_params(base, s, encoder), s
+                assert vlparams.stage_params(fixed, s, encoder) == vlparams.stage_params(base, s, encoder), s
 
 
 def test_the_noise_control_is_noise_text_without_its_noise_and_refuses_a_section_of_its_own():
     mini = vlconfig.load([ROOT / "config/config.yaml", ROOT / "config/mini.yaml"])
-    long, s5, noise = (vlconfig.stage_params(mini, s) for s in ("text_long", "text_s5", "noise_text"))
+    long, s5, noise = (vlparams.stage_params(mini, s) for s in ("text_long", "text_s5", "noise_text"))
     assert (long["parent"], long["as_long_as"]) == ("text_s5", "noise_text")
     assert long["task"] == s5["task"] != noise["task"]  # the noise is the one difference in the task ...
     assert long["train"] == noise["train"]  # ... and its settings are noise_text's (steps and lr: at run time)
@@ -403,7 +404,7 @@ def test_the_noise_control_is_noise_text_without_its_noise_and_refuses_a_section
 
 def test_the_control_arm_is_its_text_parent_plus_the_image_arms_binding_loss_and_figures_say_so():
     mini = vlconfig.load([ROOT / "config/config.yaml", ROOT / "config/mini.yaml"])
-    params = {s: vlconfig.stage_params(mini, s) for s in ("text_s5", "noise_text", "image_text", *CONTROL_STAGES)}
+    params = {s: vlparams.stage_params(mini, s) for s in ("text_s5", "noise_text", "image_text", *CONTROL_STAGES)}
     assert params["text_bind"]["task"] == params["text_s5"]["task"] and params["text_bind"]["task"]["shuffle"]
     assert params["noise_text_bind"]["task"] == params["noise_text"]["task"]
     assert params["text_bind_shuffled"]["task"] == {**params["text_s5"]["task"], "shuffle": True}
@@ -434,10 +435,10 @@ def test_an_overlay_switches_a_start_off_with_null(tmp_path):
     paths = [ROOT / "config/config.yaml", ROOT / "config/mini.yaml"]
     mini, off = vlconfig.load(paths), vlconfig.load([*paths, overlay])
     for stage in ("image", "curriculum_image"):
-        on, without = (vlconfig.stage_params(c, stage, "render_cnn") for c in (mini, off))
+        on, without = (vlparams.stage_params(c, stage, "render_cnn") for c in (mini, off))
         assert on["start"]["task"]["max_objects"] == 2 and "start" not in without
         assert {k: v for k, v in on.items() if k != "start"} == without
-    assert vlconfig.stage_params(off, "image_text", "render_cnn")["start"]["steps"] == 1000  # other starts stay
+    assert vlparams.stage_params(off, "image_text", "render_cnn")["start"]["steps"] == 1000  # other starts stay
 
 
 def test_the_curriculum_control_is_the_image_arm_with_every_context_in_text():
@@ -447,19 +448,19 @@ def test_the_curriculum_control_is_the_image_arm_with_every_context_in_text():
         config = vlconfig.load([ROOT / p for p in overlays])
         encoder = config["vision"]["encoders"][0]
         for stage, image_stage in vlstages.CURRICULUM.items():
-            ours, theirs = vlconfig.stage_params(config, stage), vlconfig.stage_params(config, image_stage, encoder)
+            ours, theirs = vlparams.stage_params(config, stage), vlparams.stage_params(config, image_stage, encoder)
             assert ours["task"] == {**theirs["task"], "image_fraction": 0.0}
             assert ours["train"] == theirs["train"]
             if "start" in theirs:
                 assert ours["start"] == {**theirs["start"], "task": {**theirs["start"]["task"], "image_fraction": 0.0}}
             assert "start" in ours or "start" not in theirs
-            assert not {"encoder", "projector"} & set(ours) and not vlconfig.uses_images(config, stage)
+            assert not {"encoder", "projector"} & set(ours) and not vlparams.uses_images(config, stage)
             parent = vlstages.STAGE_PARENTS[image_stage]
             assert ours["parent"] == {v: k for k, v in vlstages.CURRICULUM.items()}.get(parent, parent)
-            assert vlconfig.run_name(0, stage, encoder) == "seed0"
+            assert vlparams.run_name(0, stage, encoder) == "seed0"
     mini = vlconfig.load([ROOT / "config/config.yaml", ROOT / "config/mini.yaml"])
-    assert vlconfig.stage_params(mini, "curriculum_image")["start"]["task"]["max_objects"] == 2
-    assert vlconfig.stage_params(mini, "curriculum_text")["train"]["binding_loss"] == 1.0
+    assert vlparams.stage_params(mini, "curriculum_image")["start"]["task"]["max_objects"] == 2
+    assert vlparams.stage_params(mini, "curriculum_text")["train"]["binding_loss"] == 1.0
     assert "curriculum_text, noise_curriculum_text: shuffled lists, binding loss 1 from " \
            "curriculum_image on" in vlcaptions.training_note(mini, mini["variants"])
 
@@ -479,10 +480,10 @@ def test_training_priority_is_the_longest_chain_below_a_stage():
 
 
 def test_a_run_name_is_what_the_rules_write_and_parse_run_reads_it_back():
-    """run_name fills the two run patterns train.smk writes a stage under (config.TEXT_RUN, VISION_RUN), parse_run
+    """run_name fills the two run patterns train.smk writes a stage under (params.TEXT_RUN, VISION_RUN), parse_run
     reads one back, and the `run` wildcard of the read-out rules (common.smk) matches both."""
     constraint = re.search(r'run="([^"]+)"', (ROOT / "workflow/rules/common.smk").read_text()).group(1)
     for stage, encoder, name in (("text_s5", None, "seed3"), ("image", "vit_b16", "seed3-vit_b16")):
-        assert vlconfig.run_name(3, stage, encoder) == name
-        assert vlconfig.parse_run(name) == (3, encoder)
+        assert vlparams.run_name(3, stage, encoder) == name
+        assert vlparams.parse_run(name) == (3, encoder)
         assert re.fullmatch(constraint, name)

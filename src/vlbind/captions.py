@@ -5,8 +5,8 @@ both to the figure rules as params."""
 
 from __future__ import annotations
 
-from vlbind.config import stage_section, stage_train
 from vlbind.core.stages import CONTROLS, NOISE_CONTROL, VARIANT_STAGE, lineage
+from vlbind.params import stage_section, stage_train
 
 
 def training_note(config: dict, variants: list[str]) -> str:

@@ -28,6 +28,7 @@ from vlbind.core.settings import DEFAULTS_FILE
 
 def _sample(args) -> int:
     from vlbind import config as vlconfig
+    from vlbind import params as vlparams
     from vlbind.core.stages import STAGE_PARENTS
     from vlbind.core.vocab import VOCAB
     from vlbind.data.spec import StageSpec
@@ -37,7 +38,7 @@ def _sample(args) -> int:
     if args.stage not in STAGE_PARENTS:
         print(f"error: unknown stage {args.stage!r}; valid: {', '.join(STAGE_PARENTS)}", file=sys.stderr)
         return 2
-    spec = StageSpec.from_dict(vlconfig.stage_section(cfg, args.stage)["task"])
+    spec = StageSpec.from_dict(vlparams.stage_section(cfg, args.stage)["task"])
     if args.counterfactual:
         return _counterfactuals(spec, args)
     if args.noise and spec.noise_tokens == 0:

@@ -1,17 +1,15 @@
-"""Loading and validating config/config.yaml and its overlays (never changing them), and reading what its layout
-nests: each stage's section (derived for the controls) and what a training rule needs (`stage_params`), the
-encoders' specs, run names. Imports no torch, so the Snakefile can use it. Caption text: `captions`.
+"""Loading and validating config/config.yaml and its overlays (never changing them): the schema's checks, then the
+relations between keys it cannot state, each error naming its key. What the rules read of a validated config (a
+stage's params, run names, the encoders' specs): `vlbind.params`. Imports no torch, so the Snakefile can use it.
 """
 
 from __future__ import annotations
 
-import copy
 from pathlib import Path
 
 import yaml
 
-from vlbind.core.schema import marked as schema_marked
-from vlbind.core.schema import schema, schema_defaults
+from vlbind.core.schema import schema
 from vlbind.core.settings import (  # ConfigError defined on the bottom floor so every module can raise it
     ConfigError,
     read_yaml,
@@ -22,10 +20,10 @@ from vlbind.core.stages import (
     NOISE_CONTROL,
     STAGE_PARENTS,
     TEXT_STAGES,
-    VARIANT_STAGE,
     VISION_STAGES,
 )
 from vlbind.core.vocab import SHAPES
+from vlbind.params import control_task, deep_merge, section_at, stage_section, stage_train
 
 # Keys that were renamed: dotted old path -> the new key (`*` = any name, the same in both). A config holding an
 # old key fails naming the new one, not with the schema's "additional properties" message.
@@ -59,13 +57,6 @@ def _check_renamed(config: dict) -> None:
             walk(value, here)
 
     walk(config, [])
-
-
-def deep_merge(base: dict, overlay: dict) -> dict:
-    out = copy.deepcopy(base)
-    for k, v in (overlay or {}).items():
-        out[k] = deep_merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else copy.deepcopy(v)
-    return out
 
 
 def validate(config: dict) -> dict:
@@ -174,18 +165,12 @@ def _check_stages(config: dict, specs: dict) -> None:
                              f"colors: render.n_colors, shapes: the {len(SHAPES)} of vlbind.core.vocab.SHAPES)")
 
 
-def _control_task(config: dict, control: str) -> dict:
-    """A binding-loss control's task: its text parent's (`shuffle` on for text_bind_shuffled)."""
-    task = stage_section(config, STAGE_PARENTS[control])["task"]
-    return {**task, "shuffle": True} if control.endswith("_shuffled") else task
-
-
 def _check_controls(config: dict) -> None:
     """A binding-loss control is its text parent plus the image arm's binding loss and nothing else: a task
     written for it must be its parent's (stage_section derives it), its binding loss the image arm's."""
     for control, image_stage in CONTROLS.items():
         given = config["stages"][control].get("task")
-        if given is not None and given != _control_task(config, control):
+        if given is not None and given != control_task(config, control):
             raise _error(f"stages.{control}.task", f"is stages.{STAGE_PARENTS[control]}.task"
                          f"{' with shuffle: true' if control.endswith('_shuffled') else ''}; set it there")
         weight, image_weight = (stage_train(config, s)["binding_loss"] for s in (control, image_stage))
@@ -216,7 +201,7 @@ def _check_ranges(config: dict) -> None:
     pairs += [(f"encoders.{name}.pretrain", "min_scale", "max_scale")
               for name, enc in config["encoders"].items() if enc.get("pretrain")]
     for section, lo, hi in pairs:
-        values = _section(config, section)
+        values = section_at(config, section)
         if lo in values and hi in values and values[lo] > values[hi]:
             raise _error(f"{section}.{lo}", f"{values[lo]} > {section}.{hi} ({values[hi]})")
     from vlbind.data.render import RenderConfig
@@ -244,7 +229,6 @@ def _check_encoders(config: dict) -> None:
                          "(a weights file you provide), not both")
 
 
-
 def load(paths: list[str | Path]) -> dict:
     """Merge config files left to right (later overlays win), then validate."""
     config: dict = {}
@@ -260,169 +244,3 @@ def load(paths: list[str | Path]) -> dict:
             raise ConfigError(f"config file {p} holds a {type(overlay).__name__}, not a mapping of config keys")
         config = deep_merge(config, overlay)
     return validate(config)
-
-
-def canonical(value):
-    """A copy with every mapping's keys sorted. Rule params pass through this: Snakemake compares params as
-    written, so the same settings merged from overlays in another order would otherwise count as a change
-    and rerun the job."""
-    if isinstance(value, dict):
-        return {k: canonical(value[k]) for k in sorted(value)}
-    if isinstance(value, list):
-        return [canonical(v) for v in value]
-    return value
-
-
-# Settings that set memory and speed only (`speed_only: true` in the schema): out of every rule's params, so that
-# changing one reruns nothing (a result equal to rounding: tests/test_workflow.py); a job reads them from the config
-# itself (`speed_settings`).
-SPEED_ONLY = schema_marked("speed_only")
-
-
-def _section(config: dict, path: str) -> dict:
-    for part in path.split("."):
-        config = config[part]
-    return config
-
-
-def result_params(config: dict, path: str) -> dict:
-    """The section at `path` (e.g. "qwen.generation") as a rule's params: canonical, without the settings that set
-    memory and speed only (SPEED_ONLY)."""
-    return canonical({k: v for k, v in _section(config, path).items() if k not in SPEED_ONLY.get(path, ())})
-
-
-def speed_settings(config: dict, path: str) -> dict:
-    """The memory and speed settings of the section at `path`, which result_params leaves out."""
-    return {k: _section(config, path)[k] for k in SPEED_ONLY[path]}
-
-
-def job_section(params: dict, config: dict, path: str) -> dict:
-    """What a job builds its settings from: the rule's `params` (result_params) and the config's speed settings."""
-    return {**params, **speed_settings(config, path)}
-
-
-def stage_section(config: dict, stage: str) -> dict:
-    """A stage's section of `stages` with its whole task: the top-level `task` with the stage's own on top (as
-    `train`, stage_train). Derived for the controls (never written into `config`): a binding-loss control's task is
-    its parent's (CONTROLS), a curriculum-control stage's section its image stage's with image_fraction 0 in the task
-    and the start task (CURRICULUM), a noise control's its twin's on its parent's task (NOISE_CONTROL)."""
-    if stage in CONTROLS:
-        return {**config["stages"][stage], "task": _control_task(config, stage)}
-    if stage in NOISE_CONTROL:  # its twin's settings on its parent's task, the noise left out
-        twin = copy.deepcopy(stage_section(config, NOISE_CONTROL[stage]))
-        return {**twin, "task": stage_section(config, STAGE_PARENTS[stage])["task"]}
-    if stage not in CURRICULUM:
-        section = config["stages"][stage]
-        return {**section, "task": {**config["task"], **(section.get("task") or {})}}
-    section = copy.deepcopy(stage_section(config, CURRICULUM[stage]))
-    section["task"]["image_fraction"] = 0.0
-    if section.get("start"):
-        section["start"]["task"].pop("image_fraction", None)
-    return section
-
-
-def stage_train(config: dict, stage: str) -> dict:
-    """The train settings of one stage, every key: the schema's defaults of the keys a config may leave out, the
-    top-level `train` section on top, the stage's own `train` on top of that, the top-level `precision`
-    (TrainConfig.precision) and `divergence.stall_margin` (TrainConfig.stall_margin). A reader asks it for any key,
-    with no fallback of its own (the schema is the defaults' one home)."""
-    train = deep_merge(config["train"], stage_section(config, stage).get("train", {}))
-    return {**schema_defaults("train"), **train, "precision": config["precision"],
-            "stall_margin": config["divergence"]["stall_margin"]}
-
-
-def stage_params(config: dict, stage: str, encoder: str | None = None) -> dict:
-    """Everything that determines one stage's training: its task, its merged train settings, its start task
-    if it has one, for the first stage the model architecture, for the first image stage the projector, and
-    for stages that read image features the encoder. Passed as a rule's params, so a change reruns exactly this stage
-    and its descendants."""
-    if stage not in STAGE_PARENTS:
-        raise ConfigError(f"unknown stage {stage!r}; valid: {sorted(STAGE_PARENTS)}")
-    section = stage_section(config, stage)
-    from vlbind.data.spec import StageSpec
-    from vlbind.training.config import TrainConfig
-
-    train = _beside_defaults(stage_train(config, stage), "train")
-    if train["stall_margin"] == TrainConfig.stall_margin:  # config.yaml's: the rule's margin since it came (0.05)
-        del train["stall_margin"]
-    params = {"stage": stage, "parent": STAGE_PARENTS[stage], "task": _beside_defaults(section["task"], "task"),
-              "train": train}
-    judged = StageSpec.from_dict(section["task"]).for_validation().judged
-    if judged is not None:  # the part of validation the stop rules read (train.Validation): a stage made before
-        params["val_judged"] = judged  # they read one trained on the mixed accuracy, so it reruns
-    if section.get("start"):
-        params["start"] = {"steps": section["start"]["steps"],
-                           "task": _beside_defaults({**section["task"], **section["start"]["task"]}, "task")}
-    if STAGE_PARENTS[stage] is None:
-        params["model"] = dict(config["model"])
-    if stage == VISION_STAGES[0]:
-        params["projector"] = dict(config["projector"])
-    if uses_images(config, stage):
-        params["encoder"] = encoder_spec(config, encoder)
-    if stage in NOISE_CONTROL:  # its steps and lr: at run time, from its twin's meta.json (attempts.as_long_as)
-        params["as_long_as"] = NOISE_CONTROL[stage]
-    return canonical(params)
-
-
-def _beside_defaults(section: dict, definition: str) -> dict:
-    """`section` without the keys at their schema default, so that a setting added to vlbind later, whose
-    default keeps the old behaviour, changes no stage's params and reruns nothing."""
-    defaults = schema_defaults(definition)
-    return {k: v for k, v in section.items() if k not in defaults or v != defaults[k]}
-
-
-def uses_images(config: dict, stage: str) -> bool:
-    from vlbind.data.spec import StageSpec  # the one default of image_fraction (spec.StageSpec: why there)
-
-    return stage_section(config, stage)["task"].get("image_fraction", StageSpec.image_fraction) > 0
-
-
-def encoder_spec(config: dict, name: str) -> dict:
-    """The encoder's section; one with a `pretrain` section loads the weights the DAG pretrains for it."""
-    if name not in config["encoders"]:
-        raise ConfigError(f"unknown encoder {name!r}; configured under 'encoders': {sorted(config['encoders'])}")
-    spec = dict(config["encoders"][name])
-    if spec.get("pretrain") is not None:
-        spec.update(pretrained=True, checkpoint=pretrained_encoder_file(name))
-    return canonical(spec)
-
-
-PRETRAIN_READS = ("timm_name", "model_kwargs", "pretrain")  # what pretraining an encoder reads of its section
-
-
-def pretrain_spec(config: dict, name: str) -> dict:
-    """What rule pretrain_encoder reads of encoder `name`'s section, and nothing else, so that a change elsewhere in
-    it (`grid`, say: how features are pooled) re-extracts features without pretraining the encoder again."""
-    spec = encoder_spec(config, name)
-    return {k: spec[k] for k in PRETRAIN_READS if k in spec}
-
-
-def pretrained_encoder_file(name: str) -> str:
-    """Where the pretrain_encoder rule writes encoder `name`'s weights."""
-    return f"results/encoders/{name}.safetensors"
-
-
-# A run's directory under results/models/ (and logs/, benchmarks/): one per seed for the text stages, per seed and
-# encoder for the vision stages. The one home of both patterns: the rules write them with wildcards, run_name fills
-# them in, parse_run reads one back.
-TEXT_RUN, VISION_RUN = "seed{seed}", "seed{seed}-{encoder}"
-
-
-def run_name(seed: int, stage: str, encoder: str | None = None) -> str:
-    """The run directory a stage's checkpoint lives in: TEXT_RUN or, for vision stages, VISION_RUN filled in."""
-    return (VISION_RUN if stage in VISION_STAGES else TEXT_RUN).format(seed=seed, encoder=encoder)
-
-
-def variant_runs(config: dict, variant: str) -> list[str]:
-    """Run ids of a variant: one per seed (all of `seeds`, or those `variant_seeds` gives it), and per encoder for
-    image-trained variants."""
-    seeds = config["variant_seeds"].get(variant, config["seeds"])
-    stage = VARIANT_STAGE[variant]
-    encoders = config["vision"]["encoders"] if stage in VISION_STAGES else [None]
-    return [run_name(s, stage, e) for s in seeds for e in encoders]
-
-
-def parse_run(run: str) -> tuple[int, str | None]:
-    """'seed3-vit_b16' -> (3, 'vit_b16'); 'seed3' -> (3, None)."""
-    head, _, encoder = run.partition("-")
-    return int(head.removeprefix("seed")), encoder or None

@@ -2,6 +2,7 @@
 import vlbind.interp
 from vlbind import captions as vlcaptions
 from vlbind import config as vlconfig
+from vlbind import params as vlparams
 from vlbind.core import stages as vlstages
 
 try:
@@ -49,18 +50,18 @@ wildcard_constraints:
     variant="|".join(vlstages.VARIANT_STAGE),
 
 
-# a stage's files, the one statement of where a checkpoint lives: results/models/{run}/{stage}/ (config.run_name)
+# a stage's files, the one statement of where a checkpoint lives: results/models/{run}/{stage}/ (params.run_name)
 STAGE_FILES = {"model": "model.safetensors", "meta": "meta.json", "metrics": "metrics.parquet"}
 
 
 def stage_files(run, root="results"):
-    """The three files a training rule writes (or reuse_stage copies), for a run pattern (vlconfig.TEXT_RUN,
-    vlconfig.VISION_RUN) and the stage wildcard, under `root`."""
+    """The three files a training rule writes (or reuse_stage copies), for a run pattern (vlparams.TEXT_RUN,
+    vlparams.VISION_RUN) and the stage wildcard, under `root`."""
     return {k: f"{root}/models/{run}/{{stage}}/{name}" for k, name in STAGE_FILES.items()}
 
 
 def model_file(seed, stage, encoder=None, name=STAGE_FILES["model"]):
-    return f"results/models/{vlconfig.run_name(seed, stage, encoder)}/{stage}/{name}"
+    return f"results/models/{vlparams.run_name(seed, stage, encoder)}/{stage}/{name}"
 
 
 def parent_model(wildcards):
@@ -80,7 +81,7 @@ def noise_control_twin(wildcards):
 def stage_features(wildcards):
     """The image bank a vision stage reads, if its prompts have image contexts: features, their index and
     the object table (named inputs, for unpack())."""
-    if not vlconfig.uses_images(config, wildcards.stage):
+    if not vlparams.uses_images(config, wildcards.stage):
         return {}
     features = f"results/features/{wildcards.encoder}/{LAYOUT}"
     return {"features": f"{features}.npy", "index": f"{features}.json", "objects": f"{BANK}/objects.parquet"}
@@ -90,11 +91,11 @@ def encoder_weights(wildcards):
     """The weights file the DAG pretrains for an encoder with a `pretrain` section (none for the others)."""
     if config["encoders"][wildcards.encoder].get("pretrain") is None:
         return []
-    return [vlconfig.pretrained_encoder_file(wildcards.encoder)]
+    return [vlparams.pretrained_encoder_file(wildcards.encoder)]
 
 
 def variant_model(wildcards):
-    seed, encoder = vlconfig.parse_run(wildcards.run)
+    seed, encoder = vlparams.parse_run(wildcards.run)
     return model_file(seed, vlstages.VARIANT_STAGE[wildcards.variant], encoder)
 
 
@@ -103,7 +104,7 @@ def variant_lineage(name):
     in training order (for the divergence rule)."""
 
     def files(wildcards):
-        seed, encoder = vlconfig.parse_run(wildcards.run)
+        seed, encoder = vlparams.parse_run(wildcards.run)
         stages = vlstages.lineage(vlstages.VARIANT_STAGE[wildcards.variant])
         return [model_file(seed, s, encoder, name) for s in stages]
 
@@ -115,7 +116,7 @@ def eval_tables(wildcards=None, variants=None):
     return [
         f"results/eval/{v}/{run}.parquet"
         for v in (config["variants"] if variants is None else variants)
-        for run in vlconfig.variant_runs(config, v)
+        for run in vlparams.variant_runs(config, v)
     ]
 
 
@@ -123,8 +124,8 @@ def all_meta():
     """meta.json of every stage the configured variants need."""
     paths = set()
     for v in config["variants"]:
-        for run in vlconfig.variant_runs(config, v):
-            seed, encoder = vlconfig.parse_run(run)
+        for run in vlparams.variant_runs(config, v):
+            seed, encoder = vlparams.parse_run(run)
             stages = vlstages.lineage(vlstages.VARIANT_STAGE[v])
             paths |= {model_file(seed, s, encoder, "meta.json") for s in stages}
     return sorted(paths)
@@ -139,7 +140,7 @@ def interp_tables(analysis):
     return [
         f"results/interp/{analysis}/{v}/{run}.parquet"
         for v in config["interp"]["variants"]
-        for run in vlconfig.variant_runs(config, v)
+        for run in vlparams.variant_runs(config, v)
     ]
 
 
@@ -148,8 +149,8 @@ QWEN = config["qwen"]
 QWEN_NOTE = "TINY RANDOM Qwen models (not the real weights): numbers are meaningless" if QWEN["tiny"] else ""
 # the params every Qwen model job passes its script: the model's section and how to load and prompt it
 QWEN_MODEL_PARAMS = {
-    "model": lambda wc: vlconfig.canonical(QWEN["models"][wc.model]),
-    "chat": vlconfig.canonical(QWEN["chat"]),
+    "model": lambda wc: vlparams.canonical(QWEN["models"][wc.model]),
+    "chat": vlparams.canonical(QWEN["chat"]),
     "tiny": QWEN["tiny"],
     "dtype": QWEN["dtype"],
     "device": config["device"],

@@ -18,9 +18,9 @@ rule evaluate:
     resources:
         **job_resources("gpu"),
     params:
-        evaluate=vlconfig.result_params(config, "evaluate"),  # batch_size: read by the job
-        divergence=vlconfig.canonical(config["divergence"]),
+        evaluate=vlparams.result_params(config, "evaluate"),  # batch_size: read by the job
+        divergence=vlparams.canonical(config["divergence"]),
         device=config["device"],
-        precision=vlconfig.canonical(config["precision"]),
+        precision=vlparams.canonical(config["precision"]),
     script:
         "../../scripts/evaluate.py"

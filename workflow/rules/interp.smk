@@ -18,9 +18,9 @@ rule analyze:
     resources:
         **job_resources("gpu"),
     params:
-        settings={a: vlconfig.canonical(config["interp"].get(a, {})) for a in ANALYSES},  # a section where defaults do not serve
+        settings={a: vlparams.canonical(config["interp"].get(a, {})) for a in ANALYSES},  # a section where defaults do not serve
         order=config["interp"]["order"],
-        precision=vlconfig.canonical(config["precision"]),
+        precision=vlparams.canonical(config["precision"]),
         device=config["device"],
     script:
         "../../scripts/analyze.py"
@@ -45,7 +45,7 @@ rule circuits:
     conda:
         "../envs/vlbind.yaml"
     params:
-        circuits=vlconfig.canonical(config["interp"]["circuits"]),
+        circuits=vlparams.canonical(config["interp"]["circuits"]),
     script:
         "../../scripts/circuits.py"
 

@@ -17,8 +17,8 @@ rule qwen_retrieval:
         **job_resources("qwen"),
     params:
         **QWEN_MODEL_PARAMS,
-        prompts=vlconfig.canonical(QWEN["prompts"]),
-        generation=vlconfig.result_params(config, "qwen.generation"),  # batch_size: read by the job
+        prompts=vlparams.canonical(QWEN["prompts"]),
+        generation=vlparams.result_params(config, "qwen.generation"),  # batch_size: read by the job
     script:
         "../../scripts/qwen_retrieval.py"
 
@@ -56,8 +56,8 @@ rule qwen_analyze:
         **job_resources("qwen"),
     params:
         **QWEN_MODEL_PARAMS,
-        binding=vlconfig.result_params(config, "qwen.binding"),  # layers_per_batch: read by the job
-        probes=vlconfig.canonical(QWEN["probes"]),
+        binding=vlparams.result_params(config, "qwen.binding"),  # layers_per_batch: read by the job
+        probes=vlparams.canonical(QWEN["probes"]),
     script:
         "../../scripts/qwen_analyze.py"
 
@@ -77,7 +77,7 @@ rule table1:
     conda:
         "../envs/vlbind.yaml"
     params:
-        binding=vlconfig.result_params(config, "qwen.binding"),
+        binding=vlparams.result_params(config, "qwen.binding"),
     script:
         "../../scripts/qwen_table1.py"
 

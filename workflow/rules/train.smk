@@ -9,11 +9,11 @@ rule train_text:
         unpack(noise_control_twin),
         parent=parent_model,
     output:
-        **stage_files(vlconfig.TEXT_RUN),
+        **stage_files(vlparams.TEXT_RUN),
     log:
-        f"results/logs/train/{vlconfig.TEXT_RUN}/{{stage}}.log",
+        f"results/logs/train/{vlparams.TEXT_RUN}/{{stage}}.log",
     benchmark:
-        f"results/benchmarks/train/{vlconfig.TEXT_RUN}/{{stage}}.tsv"
+        f"results/benchmarks/train/{vlparams.TEXT_RUN}/{{stage}}.tsv"
     wildcard_constraints:
         stage="|".join(s for s in vlstages.TEXT_STAGES if s not in REUSED),
     priority: lambda wc: 10 + vlstages.chain_below(wc.stage)  # training first, the longest chains first
@@ -23,7 +23,7 @@ rule train_text:
     resources:
         **job_resources("train"),
     params:
-        stage=lambda wc: vlconfig.stage_params(config, wc.stage),
+        stage=lambda wc: vlparams.stage_params(config, wc.stage),
         device=config["device"],
     script:
         "../../scripts/train.py"
@@ -34,15 +34,15 @@ use rule train_text as train_vision with:
         unpack(stage_features),
         parent=parent_model,
     output:
-        **stage_files(vlconfig.VISION_RUN),
+        **stage_files(vlparams.VISION_RUN),
     log:
-        f"results/logs/train/{vlconfig.VISION_RUN}/{{stage}}.log",
+        f"results/logs/train/{vlparams.VISION_RUN}/{{stage}}.log",
     benchmark:
-        f"results/benchmarks/train/{vlconfig.VISION_RUN}/{{stage}}.tsv"
+        f"results/benchmarks/train/{vlparams.VISION_RUN}/{{stage}}.tsv"
     wildcard_constraints:
         stage="|".join(vlstages.VISION_STAGES),
     params:
-        stage=lambda wc: vlconfig.stage_params(config, wc.stage, wc.encoder),
+        stage=lambda wc: vlparams.stage_params(config, wc.stage, wc.encoder),
         device=config["device"],
 
 
@@ -50,11 +50,11 @@ rule reuse_stage:
     """A stage an experiment shares with another results tree (config key `reuse`): its files copied from there, so
     that the stages below it train from the very weights the other tree's did."""
     input:
-        **stage_files(vlconfig.TEXT_RUN, root=REUSE_TREE),
+        **stage_files(vlparams.TEXT_RUN, root=REUSE_TREE),
     output:
-        **stage_files(vlconfig.TEXT_RUN),
+        **stage_files(vlparams.TEXT_RUN),
     log:
-        f"results/logs/reuse/{vlconfig.TEXT_RUN}/{{stage}}.log",
+        f"results/logs/reuse/{vlparams.TEXT_RUN}/{{stage}}.log",
     wildcard_constraints:
         stage="|".join(REUSED) or "^$",
     localrule: True

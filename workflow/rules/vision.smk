@@ -13,14 +13,14 @@ rule render_bank:
     conda:
         "../envs/vlbind.yaml"
     params:
-        render=lambda wc: vlconfig.canonical({**config["render"], "layout": wc.layout}),
+        render=lambda wc: vlparams.canonical({**config["render"], "layout": wc.layout}),
     script:
         "../../scripts/render.py"
 
 
 rule pretrain_encoder:
     output:
-        weights=vlconfig.pretrained_encoder_file("{encoder}"),
+        weights=vlparams.pretrained_encoder_file("{encoder}"),
         report="results/encoders/{encoder}.json",
     log:
         "results/logs/encoders/{encoder}.log",
@@ -33,10 +33,10 @@ rule pretrain_encoder:
     resources:
         **job_resources("train"),
     params:
-        encoder=lambda wc: vlconfig.pretrain_spec(config, wc.encoder),  # only what pretraining reads
+        encoder=lambda wc: vlparams.pretrain_spec(config, wc.encoder),  # only what pretraining reads
         size=config["render"]["size"],
         n_colors=config["render"]["n_colors"],
-        precision=vlconfig.canonical(config["precision"]),
+        precision=vlparams.canonical(config["precision"]),
         device=config["device"],
     script:
         "../../scripts/pretrain_encoder.py"
@@ -61,8 +61,8 @@ rule extract_features:
     resources:
         **job_resources("train"),
     params:
-        encoder=lambda wc: vlconfig.encoder_spec(config, wc.encoder),
-        precision=vlconfig.canonical(config["vision"]["precision"]),
+        encoder=lambda wc: vlparams.encoder_spec(config, wc.encoder),
+        precision=vlparams.canonical(config["vision"]["precision"]),
         device=config["device"],
     script:
         "../../scripts/extract_features.py"

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from vlbind.config import run_name
 from vlbind.core.stages import CONTROLS, CURRICULUM, STAGE_PARENTS, VISION_STAGES, lineage
 from vlbind.evaluation.claims import PAPER_OOD, per_run
+from vlbind.params import run_name
 
 HERE = Path(__file__).resolve().parent
 

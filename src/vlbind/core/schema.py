@@ -57,7 +57,7 @@ def section_schema(path: str) -> dict:
 
 def marked(keyword: str) -> dict[str, tuple[str, ...]]:
     """{section path: its keys} of the settings whose schema entry holds `keyword: true` (e.g. `speed_only`, the
-    settings of memory and speed: vlbind.config.SPEED_ONLY), sections dotted as config keys ("qwen.generation")."""
+    settings of memory and speed: vlbind.params.SPEED_ONLY), sections dotted as config keys ("qwen.generation")."""
     found: dict[str, tuple[str, ...]] = {}
 
     def walk(node: dict, path: str) -> None:

@@ -1,6 +1,6 @@
 """The training DAG (paper, appendix D.3-D.7): which stage starts from which, which stages read images, which
 stage each variant is, and the two controls. Names only: no config, no torch, so the Snakefile and every module
-can use it. What a stage trains on is config.yaml's (vlbind.config.stage_params)."""
+can use it. What a stage trains on is config.yaml's (vlbind.params.stage_params)."""
 
 from __future__ import annotations
 
@@ -30,18 +30,18 @@ VARIANT_STAGE = {"text_only": "text_s5", "noise_text": "noise_text", "image_text
                  "noise_text_bind": "noise_text_bind", "text_bind_shuffled": "text_bind_shuffled",
                  "text_long": "text_long"}
 # The binding-loss control: each control stage -> the image-arm stage whose binding-loss weight it must use. A
-# control trains on its parent's task (text_bind_shuffled: with the list shuffled; config.stage_section derives
+# control trains on its parent's task (text_bind_shuffled: with the list shuffled; params.stage_section derives
 # it) and config.validate() checks the weight: the control and its text parent differ in the binding loss alone.
 CONTROLS = {"text_bind": "image_text", "noise_text_bind": "noise_image_text", "text_bind_shuffled": "image_text"}
 # The curriculum control: each of its stages -> the image-arm stage it copies, section for section (task, start,
 # train: the same starts, caps and binding loss), with image_fraction 0: the image arm's curriculum without images.
-# It has no section of its own in a config (config.stage_section derives it), so it cannot drift from the image arm.
+# It has no section of its own in a config (params.stage_section derives it), so it cannot drift from the image arm.
 CURRICULUM = {"curriculum_image": "image", "curriculum_mixed": "mixed", "curriculum_text": "image_text",
               "noise_curriculum_text": "noise_image_text"}
 # The noise control: its stage -> the stage it trains as long as. text_long is noise_text without the noise: its
 # parent's task (text_s5's), noise_text's train settings, and at run time the steps and lr of the attempt noise_text
 # kept, with no stop rule before them (attempts.as_long_as), so that noise_text > text_long differs in the noise
-# alone; noise_text > text_only mixes noise with more training. No section of its own (config.stage_section).
+# alone; noise_text > text_only mixes noise with more training. No section of its own (params.stage_section).
 NOISE_CONTROL = {"text_long": "noise_text"}
 
 

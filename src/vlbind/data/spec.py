@@ -34,7 +34,7 @@ class StageSpec:
     noise_fraction: float  # share of prompts that carry noise when noise_tokens > 0
     # share of prompts whose context is images (D.6: 1.0, D.7 mixed: 0.2). Its default lives here, not in the
     # schema: a schema default would drop the `image_fraction: 0.0` the image arm's stages write from their params
-    # (config.stage_params) and rerun them in every finished tree
+    # (params.stage_params) and rerun them in every finished tree
     image_fraction: float = 0.0
     # practice prompts (module doc; not in the paper; text only): shares of the retrieval prompts
     lookup_fraction: float = _OPTIONAL["lookup_fraction"]  # one-hop lookups (query an association key, answer its item)

@@ -1,4 +1,4 @@
-"""The settings of one training attempt (config key `train`, merged per stage: config.stage_train): `TrainConfig`, and
+"""The settings of one training attempt (config key `train`, merged per stage: params.stage_train): `TrainConfig`, and
 how many attempts a unit's meta.json records (`attempt_count`). Its own module, below everything that reads it (the
 loop, attempts, losses, optim, resume; the evaluation's tables), and torch-free, so that none of them imports another
 to name it."""
@@ -56,7 +56,7 @@ class TrainConfig:
     retry_lr_factor: float = _OPTIONAL["retry_lr_factor"]  # each retry's lr: the last attempt's times this
     # the stall rule's second clause: an attempt whose judged validation (train.Validation) stays within this of its
     # chance for stall_steps steps after its start phase ends too. Not a `train` key: divergence.stall_margin, the
-    # margin that marks a stage stalled at chance (config.stage_train); None: off
+    # margin that marks a stage stalled at chance (params.stage_train); None: off
     stall_margin: float | None
     attempt: int = 1  # which attempt this is (vlbind.training.attempts); from the second on it enters the data RNG
     # the step runs the batch sorted by length, as sub-batches of at most this many positions, each cut to its
@@ -88,7 +88,7 @@ class TrainConfig:
 
     @classmethod
     def from_section(cls, train: dict, seed: int, device: str, precision: str) -> TrainConfig:
-        """From a (merged) config `train` section (config.stage_train) for a job on `device`, with the autocast
+        """From a (merged) config `train` section (params.stage_train) for a job on `device`, with the autocast
         precision already resolved for it (device.job_device, or precision_for). The section's per-device tables
         give `device`'s entry: `precision` is that resolved one, `sub_batch_tokens` its entry ('cuda:1' -> 'cuda')."""
         sub_batch_tokens = train.get("sub_batch_tokens", {}).get(device.split(":")[0])
