@@ -15,59 +15,6 @@ from vlbind.core.settings import ConfigError
 from vlbind.core.stages import CONTROLS, CURRICULUM, NOISE_CONTROL, STAGE_PARENTS, VARIANT_STAGE, VISION_STAGES
 
 
-def deep_merge(base: dict, overlay: dict) -> dict:
-    out = copy.deepcopy(base)
-    for k, v in (overlay or {}).items():
-        out[k] = deep_merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else copy.deepcopy(v)
-    return out
-
-
-def control_task(config: dict, control: str) -> dict:
-    """A binding-loss control's task: its text parent's (`shuffle` on for text_bind_shuffled)."""
-    task = stage_section(config, STAGE_PARENTS[control])["task"]
-    return {**task, "shuffle": True} if control.endswith("_shuffled") else task
-
-
-def canonical(value):
-    """A copy with every mapping's keys sorted. Rule params pass through this: Snakemake compares params as
-    written, so the same settings merged from overlays in another order would otherwise count as a change
-    and rerun the job."""
-    if isinstance(value, dict):
-        return {k: canonical(value[k]) for k in sorted(value)}
-    if isinstance(value, list):
-        return [canonical(v) for v in value]
-    return value
-
-
-# Settings that set memory and speed only (`speed_only: true` in the schema): out of every rule's params, so that
-# changing one reruns nothing (a result equal to rounding: tests/test_workflow.py); a job reads them from the config
-# itself (`speed_settings`).
-SPEED_ONLY = schema_marked("speed_only")
-
-
-def section_at(config: dict, path: str) -> dict:
-    """The section at dotted config key `path` ("qwen.generation")."""
-    for part in path.split("."):
-        config = config[part]
-    return config
-
-
-def result_params(config: dict, path: str) -> dict:
-    """The section at `path` (e.g. "qwen.generation") as a rule's params: canonical, without the settings that set
-    memory and speed only (SPEED_ONLY)."""
-    return canonical({k: v for k, v in section_at(config, path).items() if k not in SPEED_ONLY.get(path, ())})
-
-
-def speed_settings(config: dict, path: str) -> dict:
-    """The memory and speed settings of the section at `path`, which result_params leaves out."""
-    return {k: section_at(config, path)[k] for k in SPEED_ONLY[path]}
-
-
-def job_section(params: dict, config: dict, path: str) -> dict:
-    """What a job builds its settings from: the rule's `params` (result_params) and the config's speed settings."""
-    return {**params, **speed_settings(config, path)}
-
-
 def stage_section(config: dict, stage: str) -> dict:
     """A stage's section of `stages` with its whole task: the top-level `task` with the stage's own on top (as
     `train`, stage_train). Derived for the controls (never written into `config`): a binding-loss control's task is
@@ -88,6 +35,12 @@ def stage_section(config: dict, stage: str) -> dict:
     return section
 
 
+def control_task(config: dict, control: str) -> dict:
+    """A binding-loss control's task: its text parent's (`shuffle` on for text_bind_shuffled)."""
+    task = stage_section(config, STAGE_PARENTS[control])["task"]
+    return {**task, "shuffle": True} if control.endswith("_shuffled") else task
+
+
 def stage_train(config: dict, stage: str) -> dict:
     """The train settings of one stage, every key: the schema's defaults of the keys a config may leave out, the
     top-level `train` section on top, the stage's own `train` on top of that, the top-level `precision`
@@ -96,6 +49,15 @@ def stage_train(config: dict, stage: str) -> dict:
     train = deep_merge(config["train"], stage_section(config, stage).get("train", {}))
     return {**schema_defaults("train"), **train, "precision": config["precision"],
             "stall_margin": config["divergence"]["stall_margin"]}
+
+
+def deep_merge(base: dict, overlay: dict) -> dict:
+    """`overlay` on a copy of `base`, mappings merged key by key (config files left to right: config.load; a stage's
+    train section on the global one: stage_train)."""
+    out = copy.deepcopy(base)
+    for k, v in (overlay or {}).items():
+        out[k] = deep_merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else copy.deepcopy(v)
+    return out
 
 
 def stage_params(config: dict, stage: str, encoder: str | None = None) -> dict:
@@ -142,6 +104,46 @@ def uses_images(config: dict, stage: str) -> bool:
     from vlbind.data.spec import StageSpec  # the one default of image_fraction (spec.StageSpec: why there)
 
     return stage_section(config, stage)["task"].get("image_fraction", StageSpec.image_fraction) > 0
+
+
+def canonical(value):
+    """A copy with every mapping's keys sorted. Rule params pass through this: Snakemake compares params as
+    written, so the same settings merged from overlays in another order would otherwise count as a change
+    and rerun the job."""
+    if isinstance(value, dict):
+        return {k: canonical(value[k]) for k in sorted(value)}
+    if isinstance(value, list):
+        return [canonical(v) for v in value]
+    return value
+
+
+# Settings that set memory and speed only (`speed_only: true` in the schema): out of every rule's params, so that
+# changing one reruns nothing (a result equal to rounding: tests/test_workflow.py); a job reads them from the config
+# itself (`speed_settings`).
+SPEED_ONLY = schema_marked("speed_only")
+
+
+def section_at(config: dict, path: str) -> dict:
+    """The section at dotted config key `path` ("qwen.generation")."""
+    for part in path.split("."):
+        config = config[part]
+    return config
+
+
+def result_params(config: dict, path: str) -> dict:
+    """The section at `path` (e.g. "qwen.generation") as a rule's params: canonical, without the settings that set
+    memory and speed only (SPEED_ONLY)."""
+    return canonical({k: v for k, v in section_at(config, path).items() if k not in SPEED_ONLY.get(path, ())})
+
+
+def speed_settings(config: dict, path: str) -> dict:
+    """The memory and speed settings of the section at `path`, which result_params leaves out."""
+    return {k: section_at(config, path)[k] for k in SPEED_ONLY[path]}
+
+
+def job_section(params: dict, config: dict, path: str) -> dict:
+    """What a job builds its settings from: the rule's `params` (result_params) and the config's speed settings."""
+    return {**params, **speed_settings(config, path)}
 
 
 def encoder_spec(config: dict, name: str) -> dict:
