@@ -43,6 +43,23 @@ RENAMED = {
 }
 
 
+def load(paths: list[str | Path]) -> dict:
+    """Merge config files left to right (later overlays win), then validate."""
+    config: dict = {}
+    for p in paths:
+        p = Path(p)
+        if not p.is_file():
+            raise ConfigError(f"config file {p} does not exist")
+        try:
+            overlay = read_yaml(p.read_text()) or {}
+        except yaml.YAMLError as e:  # its message gives line and column
+            raise ConfigError(f"config file {p} is not valid YAML: {e}") from None
+        if not isinstance(overlay, dict):
+            raise ConfigError(f"config file {p} holds a {type(overlay).__name__}, not a mapping of config keys")
+        config = deep_merge(config, overlay)
+    return validate(config)
+
+
 def _check_renamed(config: dict) -> None:
     def walk(node, path):
         if not isinstance(node, dict):
@@ -227,20 +244,3 @@ def _check_encoders(config: dict) -> None:
         if encoder.get("pretrain") is not None and encoder.get("checkpoint") is not None:
             raise _error(f"encoders.{name}", "set either 'pretrain' (the DAG trains the weights) or 'checkpoint' "
                          "(a weights file you provide), not both")
-
-
-def load(paths: list[str | Path]) -> dict:
-    """Merge config files left to right (later overlays win), then validate."""
-    config: dict = {}
-    for p in paths:
-        p = Path(p)
-        if not p.is_file():
-            raise ConfigError(f"config file {p} does not exist")
-        try:
-            overlay = read_yaml(p.read_text()) or {}
-        except yaml.YAMLError as e:  # its message gives line and column
-            raise ConfigError(f"config file {p} is not valid YAML: {e}") from None
-        if not isinstance(overlay, dict):
-            raise ConfigError(f"config file {p} holds a {type(overlay).__name__}, not a mapping of config keys")
-        config = deep_merge(config, overlay)
-    return validate(config)
