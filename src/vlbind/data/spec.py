@@ -36,7 +36,7 @@ class StageSpec:
     # schema: a schema default would drop the `image_fraction: 0.0` the image arm's stages write from their params
     # (params.stage_params) and rerun them in every finished tree
     image_fraction: float = 0.0
-    # practice prompts (module doc; not in the paper; text only): shares of the retrieval prompts
+    # practice prompts (vlbind.data.tasks' module doc; not in the paper; text only): shares of the retrieval prompts
     lookup_fraction: float = _OPTIONAL["lookup_fraction"]  # one-hop lookups (query an association key, answer its item)
     # of those left, retrieval with the queried object alone in the context
     solo_fraction: float = _OPTIONAL["solo_fraction"]
