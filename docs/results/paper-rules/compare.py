@@ -24,6 +24,12 @@ def pct(x) -> str:
     return "—" if pd.isna(x) else f"{100 * x:.1f}"
 
 
+def per_seed(cells: list[str]) -> str:
+    """Seed by seed, every seed any arm has ("—" where this one has none yet), or "—" for none at all."""
+    cells = ["—" if c.startswith("—") else c for c in cells]
+    return "—" if set(cells) == {"—"} else " / ".join(cells)
+
+
 def runs(export: Path, order: str) -> pd.DataFrame:
     """One row per run of `order`: per_run's (in and out of distribution, chance, used) and the accuracy at 8
     objects."""
@@ -40,19 +46,19 @@ def main() -> None:
     args = ap.parse_args()
     arms = dict(a.split("=", 1) for a in args.arms)
     tables = {name: runs(Path(d), args.order) for name, d in arms.items()}
+    seeds = sorted({s for t in tables.values() for s in t.seed})
 
-    print(f"Accuracy at 8 objects and OOD (9..32), % per seed ({args.order} lists; `*`: a run the DAG left out of "
-          "means)\n")
+    print(f"Accuracy at 8 objects and OOD (9..32), % for seeds {', '.join(map(str, seeds))} ({args.order} lists; "
+          "`*`: a run the DAG left out of means; —: not evaluated yet)\n")
     print("| variant | " + " | ".join(f"{n}: at 8 | {n}: OOD" for n in arms) + " | paper's OOD |")
     print("|---|" + "---|---|" * len(arms) + "---|")
     variants = list(dict.fromkeys(v for t in tables.values() for v in t.variant))
     for v in variants:
         cells = []
         for t in tables.values():
-            r = t[t.variant == v].sort_values("seed")
-            mark = ["" if u else "*" for u in r.used]
-            cells += [" / ".join(pct(x) + m for x, m in zip(r.at8, mark)) or "—",
-                      " / ".join(pct(x) + m for x, m in zip(r.ood, mark)) or "—"]
+            r = t[t.variant == v].set_index("seed").reindex(seeds)
+            mark = ["*" if pd.notna(u) and not u else "" for u in r.used]
+            cells += [per_seed([pct(x) + m for x, m in zip(r[c], mark)]) for c in ("at8", "ood")]
         paper = PAPER_OOD.get(v)
         print(f"| {v} | " + " | ".join(cells) + f" | {pct(paper[0]) if paper else '—'} |")
 
@@ -63,8 +69,9 @@ def main() -> None:
         cells = []
         for t in tables.values():
             ta, tb = (t[t.variant == x].set_index("seed")["ood"] for x in (a, b))
-            d = (ta - tb).dropna().sort_index()
-            cells.append(f"{' / '.join(pct(x) for x in d)} ({(d > 0).sum()} of {len(d)})" if len(d) else "—")
+            d = (ta - tb).reindex(seeds)
+            n = int(d.notna().sum())
+            cells.append(f"{per_seed([pct(x) for x in d])} ({int((d > 0).sum())} of {n})" if n else "—")
         paper = pct(PAPER_OOD[a][0] - PAPER_OOD[b][0]) if a in PAPER_OOD and b in PAPER_OOD else "—"
         print(f"| {a} - {b} | " + " | ".join(cells) + f" | {paper} |")
 
