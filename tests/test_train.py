@@ -1,6 +1,7 @@
 """Training: resume after a kill, determinism, schedule, and evaluation that never mutates the model."""
 
 import json
+import logging
 from dataclasses import replace
 
 import numpy as np
@@ -457,6 +458,18 @@ def test_in_batches_splits_a_batch_into_its_prompts_cut_to_their_longest(tmp_pat
         for name, value in vars(part).items():
             want = getattr(whole, name)
             assert value is want is None or np.array_equal(value, want[:, :width] if name in token_arrays else want)
+
+
+def test_evaluation_logs_each_length_as_its_table_row_with_an_eta_that_ends_at_zero(caplog):
+    cfg = EvalConfig(min_objects=2, max_objects=5, train_max_objects=4, prompts_per_length=6, batch_size=4,
+                     orders=["shuffled", "fixed"])
+    with caplog.at_level(logging.INFO, logger="vlbind.evaluation.evaluate"):
+        table = evaluate(fresh(), cfg)
+    lines = [r.getMessage() for r in caplog.records if r.name == "vlbind.evaluation.evaluate"]
+    assert len(lines) == len(table) == 8
+    for line, row in zip(lines, table.itertuples()):
+        assert line.startswith(f"evaluate {row.order}, {row.n_objects} objects: accuracy {row.accuracy:.4f} | ")
+    assert lines[-1].endswith("ETA 0 s")
 
 
 def test_two_order_evaluation_is_recomputed_prompt_by_prompt_from_the_text(tmp_path):

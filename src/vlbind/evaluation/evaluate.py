@@ -10,6 +10,8 @@ it runs under `torch.no_grad()` in eval mode and leaves the model's mode as it f
 
 from __future__ import annotations
 
+import logging
+import time
 from dataclasses import dataclass
 
 import numpy as np
@@ -44,21 +46,28 @@ class EvalConfig:
             raise ValueError(f"EvalConfig needs min_objects <= max_objects, got {self.min_objects}..{self.max_objects}")
 
 
+log = logging.getLogger(__name__)
 EVAL_SPEC = text_retrieval_spec(2, Vocab.n_items)  # up to every item bound
 
 
 @torch.no_grad()
 def evaluate(model: Transformer, cfg: EvalConfig, device="cpu", precision: str = "fp32") -> pd.DataFrame:
     """One row per prompt order and number of objects: order, n_objects, correct, n_prompts, accuracy,
-    in_distribution."""
-    rows = []
+    in_distribution. Logs each length's accuracy with the rate and an ETA (a prompt's cost taken as its objects)."""
+    rows, t0 = [], time.time()
+    lengths = range(cfg.min_objects, cfg.max_objects + 1)
+    total, done = len(cfg.orders) * sum(lengths), 0
     for order in cfg.orders:
         spec = in_order(EVAL_SPEC, order)
-        for n in range(cfg.min_objects, cfg.max_objects + 1):
+        for n in lengths:
             rng = np.random.default_rng([cfg.seed, n])
             prompts = generate(spec, cfg.prompts_per_length, rng, n_objects=n, kind=RETRIEVAL, query_by=BY_COLOR,
                                noise=False)
-            correct, total = count_correct(model, in_batches(prompts, cfg.batch_size), device, precision)
-            rows.append({"order": order, "n_objects": n, "correct": correct, "n_prompts": total,
-                         "accuracy": correct / total, "in_distribution": n <= cfg.train_max_objects})
+            correct, count = count_correct(model, in_batches(prompts, cfg.batch_size), device, precision)
+            rows.append({"order": order, "n_objects": n, "correct": correct, "n_prompts": count,
+                         "accuracy": correct / count, "in_distribution": n <= cfg.train_max_objects})
+            done += n
+            wall = time.time() - t0
+            log.info("evaluate %s, %d objects: accuracy %.4f | %.1f prompts/s, ETA %.0f s", order, n, correct / count,
+                     len(rows) * cfg.prompts_per_length / max(wall, 1e-9), wall * (total - done) / done)
     return pd.DataFrame(rows)
