@@ -92,7 +92,7 @@ def training() -> None:
         print(f"| {stage} | " + " | ".join(cells) + " |")
 
 
-WHY = {"target_accuracy": "target", "max_steps": "cap", "stalled": "stall rule"}
+WHY = {"target_accuracy": "target", "plateau": "plateau", "max_steps": "cap", "stalled": "stall rule"}
 
 
 def stage_cell(r) -> str:
@@ -115,10 +115,11 @@ def stage_cell(r) -> str:
 
 
 def capped() -> None:
-    """The stages that stopped below their target (at their step cap or by the stall rule, after every attempt): the
-    steps each burnt, a cost to lower. The binding-loss controls train a fixed number of steps by design: not listed."""
+    """The stages that their own rule did not end (neither the target nor the plateau: the step cap or the stall rule,
+    after every attempt): the steps each burnt, a cost to lower. The binding-loss controls train a fixed number of
+    steps by design: not listed."""
     df = pd.read_csv(HERE / "training.csv")
-    short = df[(df.stopped_because != "target_accuracy") & ~df.stage.isin(CONTROLS)]
+    short = df[~df.stopped_because.isin(["target_accuracy", "plateau"]) & ~df.stage.isin(CONTROLS)]
     print("| run | stage | steps burnt (attempts, ramp included) | best validation accuracy (chance) "
           "| kept attempt stopped by | last attempt stopped by | wall minutes |")
     print("|---|---|---|---|---|---|---|")
