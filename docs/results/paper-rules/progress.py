@@ -1,7 +1,8 @@
 """The validation curves of a results tree's stages so far, read from each unit's train.log (the log every attempt of
 a stage appends to, across resumes): a progress table for stages still training, whose meta.json (export.py's
 source) does not exist yet. A resumed stage repeats the steps after its last saved state: the later line of a step
-is kept (the run's path from the resume on).
+is kept (the run's path from the resume on). A retry (training.attempts) starts its steps again: `attempt` tells the
+attempts apart, from the log's "attempt K of N" lines.
 
     python docs/results/paper-rules/progress.py TREE/results OUT.csv
 """
@@ -14,23 +15,30 @@ import pandas as pd
 
 LINE = re.compile(r"^(?P<time>\S+ \S+),\d+ INFO vlbind\.train: (?P<stage>\w+) step (?P<step>\d+)/(?P<cap>\d+) objects "
                   r"(?P<objects>\S+) loss \S+ val_acc (?P<val>[\d.]+) best (?P<best>[\d.]+)@(?P<best_step>\d+)")
+RETRY = re.compile(r"INFO vlbind\.attempts: (?P<stage>\w+): attempt (?P<attempt>\d+) of \d+ ")
 
 
 def curves(results: Path) -> pd.DataFrame:
     rows = []
     for log in sorted(results.glob("models/*/*/train.log")):
         unit = {"run": log.parts[-3], "unit": log.parts[-2], "finished": (log.parent / "meta.json").exists()}
-        rows += [{**unit, **m.groupdict()} for line in log.read_text().splitlines() if (m := LINE.match(line))]
+        attempt = {}  # stage (a ramp's length has its own) -> the attempt its lines belong to
+        for line in log.read_text().splitlines():
+            if r := RETRY.search(line):
+                attempt[r["stage"]] = int(r["attempt"])
+            elif m := LINE.match(line):
+                rows.append({**unit, "attempt": attempt.get(m["stage"], 1), **m.groupdict()})
     df = pd.DataFrame(rows)
     for c in ("step", "cap", "best_step"):
         df[c] = df[c].astype(int)
     for c in ("val", "best"):
         df[c] = df[c].astype(float)
-    return df.drop_duplicates(["run", "unit", "stage", "objects", "step"], keep="last")
+    return df.drop_duplicates(["run", "unit", "stage", "attempt", "objects", "step"], keep="last")
 
 
 if __name__ == "__main__":
     table = curves(Path(sys.argv[1]))
     table.to_csv(sys.argv[2], index=False)
     last = table.groupby(["run", "unit"]).tail(1)
-    print(last[["run", "unit", "finished", "time", "step", "cap", "val", "best", "best_step"]].to_string(index=False))
+    print(last[["run", "unit", "finished", "time", "attempt", "step", "cap", "val", "best", "best_step"]]
+          .to_string(index=False))
