@@ -5,8 +5,9 @@
 Figures (results/figures/*.pdf) and the DAG's tables (results/tables/*.csv, tables/seeds/, figures/seeds/) are
 copied, fig3 is drawn once more as fig3.png for README.md; the per-run parquet files are concatenated into
 eval_by_length.csv and one CSV per analysis that ran; job_wall_times.csv lists every finished job's Snakemake
-benchmark (wall seconds). A run still in progress (no evaluation yet) exports what has finished: training.csv from
-the finished stages' meta.json (tables.training_summary, as the training_table rule) and the job times.
+benchmark (wall seconds). A run still in progress exports what has finished: training.csv from the finished stages'
+meta.json (tables.training_summary, as the training_table rule), the evaluations and analyses that ran, the job
+times; fig3.png only once the DAG has drawn fig3.
 """
 import argparse
 import shutil
@@ -39,14 +40,16 @@ for kind in ("figures", "tables"):
     for path in sorted((RESULTS / kind).rglob("*.pdf" if kind == "figures" else "*.csv")):
         (OUT / path.relative_to(RESULTS / kind)).parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(path, OUT / path.relative_to(RESULTS / kind))
-if (table := concat("eval/*/*.parquet")) is None:
+if not (RESULTS / "tables/training.csv").is_file():  # a run in progress: its finished stages
     metas = sorted(RESULTS.glob("models/*/*/meta.json"))
     tables.training_summary(metas).to_csv(OUT / "training.csv", index=False)
-    raise SystemExit(f"run in progress: {len(metas)} finished stages in {OUT}/training.csv, {len(rows)} job times")
-table.to_csv(OUT / "eval_by_length.csv", index=False)
-mini = config.load([ROOT / "config/config.yaml", ROOT / "config/mini.yaml"])
-figures.fig3(table, OUT / "fig3.png", captions.figure_note(mini))  # the footnote rule fig3 gives it
+    print(f"run in progress: {len(metas)} finished stages in {OUT}/training.csv")
+if (table := concat("eval/*/*.parquet")) is not None:
+    table.to_csv(OUT / "eval_by_length.csv", index=False)
+    if (RESULTS / "figures/fig3.pdf").is_file():  # the DAG drew fig3 (every variant evaluated): README's copy
+        mini = config.load([ROOT / "config/config.yaml", ROOT / "config/mini.yaml"])
+        figures.fig3(table, OUT / "fig3.png", captions.figure_note(mini))  # the footnote rule fig3 gives it
 for kind in ("interchange", "knockout", "probes", "layer_relevance"):  # a text-arm-only run has none
     if (table := concat(f"interp/{kind}/*/*.parquet")) is not None:
         table.to_csv(OUT / f"{kind}.csv", index=False)
-print(f"exported to {OUT}")
+print(f"exported to {OUT}: {len(rows)} job times")

@@ -28,6 +28,8 @@ def curves(results: Path) -> pd.DataFrame:
                 attempt[r["stage"]] = int(r["attempt"])
             elif m := LINE.match(line):
                 rows.append({**unit, "attempt": attempt.get(m["stage"], 1), **m.groupdict()})
+    if not rows:
+        raise SystemExit(f"no validation logged under {results}/models yet")
     df = pd.DataFrame(rows)
     for c in ("step", "cap", "best_step"):
         df[c] = df[c].astype(int)
