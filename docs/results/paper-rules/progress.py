@@ -2,7 +2,8 @@
 a stage appends to, across resumes): a progress table for stages still training, whose meta.json (export.py's
 source) does not exist yet. A resumed stage repeats the steps after its last saved state: the later line of a step
 is kept (the run's path from the resume on). A retry (training.attempts) starts its steps again: `attempt` tells the
-attempts apart, from the log's "attempt K of N" lines.
+attempts apart, from the log's "attempt K of N" lines. Both loggers' names are read: vlbind.train and vlbind.attempts
+before the package's split (dc33528's trees), vlbind.training.loop and vlbind.training.attempts after.
 
     python docs/results/paper-rules/progress.py TREE/results OUT.csv
 """
@@ -13,9 +14,10 @@ from pathlib import Path
 
 import pandas as pd
 
-LINE = re.compile(r"^(?P<time>\S+ \S+),\d+ INFO vlbind\.train: (?P<stage>\w+) step (?P<step>\d+)/(?P<cap>\d+) objects "
-                  r"(?P<objects>\S+) loss \S+ val_acc (?P<val>[\d.]+) best (?P<best>[\d.]+)@(?P<best_step>\d+)")
-RETRY = re.compile(r"INFO vlbind\.attempts: (?P<stage>\w+): attempt (?P<attempt>\d+) of \d+ ")
+LINE = re.compile(r"^(?P<time>\S+ \S+),\d+ INFO vlbind\.(?:train|training\.loop): (?P<stage>\w+) "
+                  r"step (?P<step>\d+)/(?P<cap>\d+) objects (?P<objects>\S+) loss \S+ val_acc (?P<val>[\d.]+) "
+                  r"best (?P<best>[\d.]+)@(?P<best_step>\d+)")
+RETRY = re.compile(r"INFO vlbind\.(?:training\.)?attempts: (?P<stage>\w+): attempt (?P<attempt>\d+) of \d+ ")
 
 
 def curves(results: Path) -> pd.DataFrame:
