@@ -38,6 +38,7 @@ import sys
 import tempfile
 import time
 from dataclasses import replace
+from graphlib import TopologicalSorter
 from pathlib import Path
 
 import numpy as np
@@ -211,7 +212,7 @@ def schedule(jobs: pd.DataFrame, cores: int) -> tuple[float, float, list[str]]:
             users[d].append(i)
     secs = jobs["seconds"].to_numpy()
     tail = np.zeros(len(jobs))  # longest path from a job's start to the end
-    for i in topological(needs)[::-1]:
+    for i in reversed(list(TopologicalSorter(dict(enumerate(needs))).static_order())):
         tail[i] = secs[i] + max((tail[u] for u in users[i]), default=0.0)
     path, i = [], int(np.argmax(tail))
     while True:
@@ -235,21 +236,6 @@ def schedule(jobs: pd.DataFrame, cores: int) -> tuple[float, float, list[str]]:
             if not left[u]:
                 heapq.heappush(ready, (-jobs["priority"].iloc[u], -tail[u], u))
     return clock, float(tail.max()), path
-
-
-def topological(needs: list[set[int]]) -> list[int]:
-    order, seen = [], set()
-
-    def visit(i):
-        if i not in seen:
-            seen.add(i)
-            for d in needs[i]:
-                visit(d)
-            order.append(i)
-
-    for i in range(len(needs)):
-        visit(i)
-    return order
 
 
 def main() -> None:
