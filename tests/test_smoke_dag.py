@@ -10,6 +10,7 @@ import re
 from pathlib import Path
 
 import pandas as pd
+import pytest
 import yaml
 from test_workflow import (
     ANALYSED,
@@ -271,3 +272,16 @@ def test_the_smoke_dag_writes_the_claims_table(smoke_tree):
               "curriculum_learns_shuffled"}
     assert wanted <= set(claims["claim"])
     assert set(claims["verdict"]) <= {"holds", "fails", "mixed", "untested"} and claims["rule"].str.len().min() > 20
+
+
+def test_the_tree_s_first_snakemake_run_read_from_its_log_is_the_build_snakemake_printed(smoke_tree):
+    """tables.scheduler_runs on the tree's .snakemake/log (export.py's scheduler_runs.csv): the build, done, with the
+    jobs and the elapsed time Snakemake printed to its output (snakemake.out)."""
+    from vlbind.evaluation.tables import scheduler_runs
+
+    build = scheduler_runs(smoke_tree / ".snakemake/log").iloc[0]
+    out = (smoke_tree / "snakemake.out").read_text()
+    done, total = re.findall(r"(\d+) of (\d+) steps \(100%\) done", out)[-1]
+    h, m, s = re.search(r"Elapsed time: (\d+):(\d+):([\d.]+)", out).groups()
+    assert (build.outcome, build.ended_from, build.jobs) == ("done", "exit", int(total)) and done == total
+    assert build.minutes == pytest.approx(60 * int(h) + int(m) + float(s) / 60)

@@ -531,6 +531,58 @@ def test_run_summary_counts_runs_left_out():
                      "  fixed     noise_text         0 of 1 runs converged (1 diverged), no OOD mean"]
 
 
+def snakemake_log(folder, start: str, body: str, mtime: str | None = None) -> None:
+    """A Snakemake log in `folder` (a working directory's .snakemake/log) named for its start
+    (`2026-12-07T042318.713286`), written as Snakemake writes one; `mtime`: its last write."""
+    import datetime
+    import os
+
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{start}.snakemake.log"
+    path.write_text(body)
+    if mtime:
+        t = datetime.datetime.fromisoformat(mtime).timestamp()
+        os.utime(path, (t, t))
+
+
+def test_scheduler_runs_and_stretches_read_snakemake_logs(tmp_path):
+    from vlbind.evaluation.tables import scheduler_runs, stretches
+
+    logs = tmp_path / ".snakemake/log"
+    stats = "Building DAG of jobs...\nJob stats:\njob count\n"
+    done = "Finished jobid: 3 (Rule: train_text)\n1 of 2 steps (50%) done\nFinished jobid: 0 (Rule: all)\n"
+    job = ("localrule train_text:\n    output: results/models/seed0/text_s5/model.safetensors, "
+           "results/models/seed0/text_s5/meta.json\n    log: results/logs/train/seed0/text_s5.log\n")
+    snakemake_log(logs, "2026-12-07T020000.000000", "Unlocked working directory.\n")  # an --unlock: no run
+    snakemake_log(logs, "2026-12-07T020001.000000", stats + "This was a dry-run (flag -n).\n")
+    # two seeds side by side, stopped by a TERM: one stretch
+    snakemake_log(logs, "2026-12-07T021000.500000", stats + done + "Will exit after finishing currently running "
+                  "jobs (scheduler).\nElapsed time: 1:00:00.000000\n")
+    snakemake_log(logs, "2026-12-07T021500.500000", stats + "Error in rule train_text:\nExiting because a job "
+                  "execution failed. Look above for error messages\nElapsed time: 1:10:30.000000\n")
+    # killed outright, its log silent after 04:30 while its job logged on to 05:12 (its train.log, which the next
+    # run of the job, from 06:00, appends to); then one killed with a job that logged nothing after its log's write
+    snakemake_log(logs, "2026-12-07T040000.000000", stats + job, mtime="2026-12-07T04:30:00")
+    history = tmp_path / "results/models/seed0/text_s5/train.log"
+    history.parent.mkdir(parents=True)
+    history.write_text("2026-12-07 04:01:00,100 INFO vlbind.train: text_s5 step 250\n"
+                       "2026-12-07 05:12:00,000 INFO vlbind.train: text_s5 step 9000\n"
+                       "2026-12-07 06:01:00,000 INFO vlbind.train: text_s5 step 9250\n")
+    snakemake_log(logs, "2026-12-07T053000.000000", stats, mtime="2026-12-07T05:45:00")
+    snakemake_log(logs, "2026-12-07T060000.000000", stats + job + done + "2 of 2 steps (100%) done\n"
+                  "Elapsed time: 1 day, 0:00:30.000000\n")  # over a day, to the end
+    runs = scheduler_runs(logs)
+    assert list(runs.outcome) == ["stopped", "failed", "no exit", "no exit", "done"]
+    assert list(runs.ended_from) == ["exit", "exit", "job log", "last write", "exit"]
+    assert list(runs.jobs) == [2, 0, 0, 0, 2]
+    assert list(runs.minutes) == pytest.approx([60, 70.5, 72, 15, 24 * 60 + 0.5])
+    s = stretches(runs)
+    assert list(s.schedulers) == [2, 1, 1, 1] and list(s.jobs) == [2, 0, 0, 2]
+    assert list(s.ends_unlogged) == [0, 1, 1, 0]
+    assert list(s.minutes) == pytest.approx([5 + 70.5, 72, 15, 24 * 60 + 0.5])  # from 02:10:00.5 to 03:25:30.5
+    assert str(s.ended[0]) == "2026-12-07 03:25:30.500000"
+
+
 def test_max_steps_zero_passes_the_starting_weights_through_and_scores_them(tmp_path):
     m = fresh(3)
     before = weights(m)

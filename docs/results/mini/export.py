@@ -7,7 +7,8 @@ copied, fig3 is drawn once more as fig3.png for README.md; the per-run parquet f
 eval_by_length.csv and one CSV per analysis that ran; job_wall_times.csv lists every finished job's Snakemake
 benchmark (wall seconds). A run still in progress exports what has finished: training.csv from the finished stages'
 meta.json (tables.training_summary, as the training_table rule), the evaluations and analyses that ran, the job
-times; fig3.png only once the DAG has drawn fig3.
+times; fig3.png only once the DAG has drawn fig3. scheduler_runs.csv lists the working directory's Snakemake runs
+(tables.scheduler_runs: when each started and ended, read from Snakemake's own logs), the run's wall.
 """
 import argparse
 import shutil
@@ -36,6 +37,8 @@ bench = RESULTS / "benchmarks"
 rows = [{"job": str(p.relative_to(bench).with_suffix("")), "rule": p.relative_to(bench).parts[0],
          "seconds": pd.read_csv(p, sep="\t")["s"].iloc[0]} for p in sorted(bench.rglob("*.tsv"))]
 pd.DataFrame(rows).to_csv(OUT / "job_wall_times.csv", index=False)
+if (logs := RESULTS.parent / ".snakemake/log").is_dir():  # results/ sits in the working directory
+    tables.scheduler_runs(logs).to_csv(OUT / "scheduler_runs.csv", index=False)
 for kind in ("figures", "tables"):
     for path in sorted((RESULTS / kind).rglob("*.pdf" if kind == "figures" else "*.csv")):
         (OUT / path.relative_to(RESULTS / kind)).parent.mkdir(parents=True, exist_ok=True)

@@ -12,6 +12,7 @@ from pathlib import Path
 import pandas as pd
 
 from vlbind.core.stages import CONTROLS, CURRICULUM, STAGE_PARENTS, VISION_STAGES, lineage
+from vlbind.evaluation import tables
 from vlbind.evaluation.claims import PAPER_OOD, per_run
 from vlbind.params import run_name
 
@@ -95,6 +96,16 @@ def training() -> None:
 WHY = {"target_accuracy": "target", "plateau": "plateau", "max_steps": "cap", "stalled": "stall rule"}
 
 
+def judged(r, chance: bool = False) -> str:
+    """A stage's best validation accuracy, with its chance if `chance`; where its validation mixes kinds of prompt (an
+    image stage's grounding beside its retrieval), the part its rules read, named, with that part's chance always:
+    the mix is not the accuracy."""
+    part = getattr(r, "val_judged", "")
+    part = part if isinstance(part, str) else ""
+    return (f"{r.best_val_accuracy:.3f}" + (f" {part}" if part else "")
+            + (f" (chance {r.val_chance:.2f})" if (part or chance) and pd.notna(r.val_chance) else ""))
+
+
 def stage_cell(r) -> str:
     """A stage's training of one run (a training.csv row): steps and why it stopped (the kept attempt's stop and,
     where another attempt ran after it and ended otherwise, how the stage ended), best validation, wall minutes,
@@ -104,7 +115,7 @@ def stage_cell(r) -> str:
     if isinstance(ended, str) and ended != r.stopped_because:
         why = f"kept attempt: {why}; ended at the {WHY.get(ended, ended)}" if ended == "max_steps" else \
             f"kept attempt: {why}; last: {WHY.get(ended, ended)}"
-    cell = f"{r.steps + (r.ramp_steps or 0):,} ({why}), {r.best_val_accuracy:.3f}, {r.wall_minutes:.1f} min"
+    cell = f"{r.steps + (r.ramp_steps or 0):,} ({why}), {judged(r)}, {r.wall_minutes:.1f} min"
     if r.attempts > 1:  # the retry rule (vlbind.training.attempts): the stage's own attempts, then its ramp lengths'
         cell += f", {r.attempts} attempts"
     if r.ramp_retries:
@@ -120,12 +131,12 @@ def capped() -> None:
     steps by design: not listed."""
     df = pd.read_csv(HERE / "training.csv")
     short = df[~df.stopped_because.isin(["target_accuracy", "plateau"]) & ~df.stage.isin(CONTROLS)]
-    print("| run | stage | steps burnt (attempts, ramp included) | best validation accuracy (chance) "
+    print("| run | stage | steps burnt (attempts, ramp included) | best validation accuracy "
           "| kept attempt stopped by | last attempt stopped by | wall minutes |")
     print("|---|---|---|---|---|---|---|")
     for r in short.itertuples():
         print(f"| {r.run} | {r.stage} | {r.steps + (r.ramp_steps or 0):,} ({r.attempts} attempt"
-              f"{'s' if r.attempts > 1 else ''}) | {r.best_val_accuracy:.3f} ({r.val_chance:.2f}) "
+              f"{'s' if r.attempts > 1 else ''}) | {judged(r, chance=True)} "
               f"| {r.stopped_because} | {getattr(r, 'ended_because', r.stopped_because)} | {r.wall_minutes:.1f} |")
     print(f"\n{len(short)} stages, {int((short.steps + short.ramp_steps.fillna(0)).sum()):,} steps, "
           f"{short.wall_minutes.sum():.0f} wall minutes")
@@ -184,7 +195,22 @@ def cost() -> None:
     print()
 
 
-PARTS = {f.__name__: f for f in (claims, accuracy, mechanisms, training, capped, cost)}
+def wall() -> None:
+    """The run's wall from its Snakemake runs (scheduler_runs.csv, export.py: Snakemake's own log of each), merged
+    where they overlap into stretches: a stretch's end where a scheduler was killed, not stopped, is the last line it
+    or its jobs logged, a lower bound. Pauses inside a stretch (SIGSTOP) are in its minutes."""
+    stretch = tables.stretches(pd.read_csv(HERE / "scheduler_runs.csv", parse_dates=["started", "ended"]))
+    print("| stretch | started | ended | minutes | Snakemake runs | jobs finished |")
+    print("|---|---|---|---|---|---|")
+    for i, r in enumerate(stretch.itertuples(), 1):
+        low = "at least " if r.ends_unlogged else ""
+        print(f"| {i} | {r.started:%Y-%m-%d %H:%M:%S} | {low}{r.ended:%H:%M:%S} | {low}{r.minutes:.1f} "
+              f"| {r.schedulers} | {r.jobs} |")
+    low = "at least " if stretch.ends_unlogged.any() else ""
+    print(f"\nwall: {low}{stretch.minutes.sum():.1f} minutes over {len(stretch)} stretches")
+
+
+PARTS = {f.__name__: f for f in (claims, accuracy, mechanisms, training, capped, cost, wall)}
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--dir", type=Path, default=HERE, help="the exported CSVs (default: this folder)")

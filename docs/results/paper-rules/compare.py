@@ -1,8 +1,10 @@
 """Issue 87's per-seed tables across arms, from exports of their trees (docs/results/mini/export.py --results
 TREE/results --out DIR), as Markdown: accuracy at 8 objects and OOD (9..32) of every variant per seed, then each
 comparison the issue asks for per seed with its sign count (noise on text against text_only and against text_long,
-images against text_only and noise_image_text against noise_text), beside the paper's. Shuffled lists (the paper's
-order) unless --order says otherwise.
+images against text_only and noise_image_text against noise_text), beside the paper's, then the circuit label of every
+analysed run at its first spike and at the last layer (the DAG's circuits.csv where the run exported it; for a run in
+progress, circuit_label with config.yaml's rule over its exported interchange.csv and probes.csv, as the circuits rule
+does). Shuffled lists (the paper's order) unless --order says otherwise.
 
     python docs/results/paper-rules/compare.py complete=docs/results/mini P=docs/results/paper-rules/P \\
         E=docs/results/paper-rules/E
@@ -13,6 +15,7 @@ from pathlib import Path
 import pandas as pd
 
 from vlbind.evaluation.claims import PAPER_OOD, per_run
+from vlbind.interp.circuits import circuit_label
 
 # (a, b): a - b out of distribution, per seed; the issue's noise effect (against text_only and the control that
 # trains as long), the image effect, and images over noise
@@ -74,6 +77,38 @@ def main() -> None:
             cells.append(f"{per_seed([pct(x) for x in d])} ({int((d > 0).sum())} of {n})" if n else "—")
         paper = pct(PAPER_OOD[a][0] - PAPER_OOD[b][0]) if a in PAPER_OOD and b in PAPER_OOD else "—"
         print(f"| {a} - {b} | " + " | ".join(cells) + f" | {paper} |")
+    print_labels(arms)
+
+
+def labels(export: Path) -> pd.DataFrame:
+    """Per analysed run (variant, run): its label at the first spike (`circuit`, " (weak)" where weak) and at the last
+    layer (`last_circuit`)."""
+    if (export / "circuits.csv").is_file():
+        table = pd.read_csv(export / "circuits.csv")
+    elif (export / "interchange.csv").is_file() and (export / "probes.csv").is_file():
+        ic, pr = pd.read_csv(export / "interchange.csv"), pd.read_csv(export / "probes.csv")
+        table = pd.DataFrame([{"variant": v, "run": r, **circuit_label(g, pr[(pr.variant == v) & (pr.run == r)])}
+                              for (v, r), g in ic.groupby(["variant", "run"])])
+    else:
+        return pd.DataFrame(columns=["variant", "run", "first", "last"])
+    weak = table["weak"].astype("boolean").fillna(False)
+    return table.assign(first=table["circuit"] + weak.map({True: " (weak)", False: ""}), last=table["last_circuit"])
+
+
+def print_labels(arms: dict[str, str]) -> None:
+    tables = {name: labels(Path(d)) for name, d in arms.items()}
+    rows = pd.concat([t.assign(arm=name) for name, t in tables.items()], ignore_index=True)
+    if rows.empty:
+        return
+    print("\nCircuit labels per seed, at the first spike / at the last layer (`circuit_label`; —: not analysed yet)\n")
+    print("| variant | " + " | ".join(arms) + " |")
+    print("|---|" + "---|" * len(arms))
+    for v in dict.fromkeys(rows.variant):
+        cells = []
+        for name in arms:
+            t = rows[(rows.arm == name) & (rows.variant == v)].sort_values("run")
+            cells.append("; ".join(f"{r.run}: {r.first} / {r.last}" for r in t.itertuples()) or "—")
+        print(f"| {v} | " + " | ".join(cells) + " |")
 
 
 if __name__ == "__main__":

@@ -1,9 +1,11 @@
 """Result tables over many runs, for the table rules, the figures and the DAG's closing summary (no torch):
 evaluation tables read and split by prompt order, runs that count, OOD means per variant (ood_accuracy.csv),
-one row per trained stage (training.csv)."""
+one row per trained stage (training.csv), one per scheduler run of a working directory and its stretches."""
 
 from __future__ import annotations
 
+import re
+from datetime import datetime, timedelta
 from pathlib import Path
 
 import numpy as np
@@ -182,3 +184,74 @@ def run_summary(ood_table: pd.DataFrame) -> str:
                      f"{f' ({r.diverged_runs} diverged{why})' if r.diverged_runs else ''}, {ood}"
                      f"{f'; {retried} of {total} needed a retry' if retried else ''}")
     return "\n".join(lines)
+
+
+ELAPSED = re.compile(r"^Elapsed time: (?:(\d+) days?, )?(\d+):(\d+):(\d+(?:\.\d+)?)$", re.M)
+STAMP = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)", re.M)  # a vlbind log line's time (core.logs)
+
+
+def scheduler_runs(log_dir: str | Path) -> pd.DataFrame:
+    """One row per Snakemake run of a working directory that had jobs to run, oldest first, from Snakemake's own log
+    of each (`.snakemake/log/<start>.snakemake.log`; an --unlock's, a dry run's and one with nothing to do are left
+    out): `log`, the file's name; `started`, the time in its name (the machine's local time); `ended` and
+    `ended_from`, how that is known: "exit" from the `Elapsed time` line Snakemake writes as it exits (done, stopped
+    or failed); where it never exited (killed outright), the later of its log's last write ("last write") and the
+    last line its jobs logged before a later run took them over ("job log": the jobs' log files and the logs beside
+    their outputs, a training stage's train.log; within a few minutes of the kill, as a training job logs every
+    validation); `minutes`; `jobs`, the jobs it finished; `outcome`: done (every job), stopped (a TERM or Ctrl-C: it
+    ended its running jobs and exited), failed (a job failed) or "no exit" (killed outright, or still running)."""
+    log_dir = Path(log_dir)
+    runs = []
+    for path in sorted(log_dir.glob("*.snakemake.log")):
+        text = path.read_text(errors="replace")
+        if "Job stats:" in text and "This was a dry-run" not in text:
+            outputs = {o for line in re.findall(r"^ +output: (.+)$", text, re.M) for o in line.split(", ")}
+            runs.append((path, text, datetime.strptime(path.name.split(".snakemake")[0], "%Y-%m-%dT%H%M%S.%f"),
+                         outputs, re.findall(r"^ +log: (.+)$", text, re.M)))
+    rows = []
+    for i, (path, text, started, outputs, logs) in enumerate(runs):
+        if m := ELAPSED.search(text):
+            days, h, mi, s = (float(g or 0) for g in m.groups())
+            ended, ended_from = started + timedelta(days=days, hours=h, minutes=mi, seconds=s), "exit"
+        else:
+            ended, ended_from = datetime.fromtimestamp(path.stat().st_mtime), "last write"
+            until = min((r[2] for r in runs[i + 1:] if r[3] & outputs), default=datetime.max)
+            files = {log_dir.parent.parent / f for f in logs}
+            files |= {f for o in outputs for f in (log_dir.parent.parent / o).parent.glob("*.log")}
+            stamps = [datetime.fromisoformat(t) for f in files if f.is_file()
+                      for t in STAMP.findall(f.read_text(errors="replace"))]
+            if (last := max((t for t in stamps if started <= t < until), default=None)) and last > ended:
+                ended, ended_from = last, "job log"
+        if not m:
+            outcome = "no exit"
+        elif "Will exit after finishing currently running jobs" in text or "Terminating processes on user" in text:
+            outcome = "stopped"
+        elif "Error in rule" in text or "Exiting because a job execution failed" in text:
+            outcome = "failed"
+        else:
+            outcome = "done"
+        rows.append({"log": path.name, "started": started, "ended": ended, "ended_from": ended_from,
+                     "minutes": (ended - started).total_seconds() / 60, "jobs": text.count("Finished jobid:"),
+                     "outcome": outcome})
+    return pd.DataFrame(rows, columns=["log", "started", "ended", "ended_from", "minutes", "jobs", "outcome"])
+
+
+def stretches(runs: pd.DataFrame) -> pd.DataFrame:
+    """The spans in which at least one scheduler of `runs` (scheduler_runs) ran: schedulers that overlap (seeds side
+    by side) merge into one stretch. Per stretch its start, end, minutes, schedulers, jobs finished, and how many of
+    its schedulers never exited (`ends_unlogged`: their end is the last line they or their jobs logged; the stretch
+    ran at least that long)."""
+    out: list[dict] = []
+    for r in runs.sort_values("started").itertuples():
+        if out and r.started <= out[-1]["ended"]:
+            s = out[-1]
+            s["ended"] = max(s["ended"], r.ended)
+            s["schedulers"] += 1
+            s["jobs"] += r.jobs
+            s["ends_unlogged"] += r.ended_from != "exit"
+        else:
+            out.append({"started": r.started, "ended": r.ended, "schedulers": 1, "jobs": r.jobs,
+                        "ends_unlogged": int(r.ended_from != "exit")})
+    table = pd.DataFrame(out, columns=["started", "ended", "schedulers", "jobs", "ends_unlogged"])
+    table.insert(2, "minutes", (table["ended"] - table["started"]).dt.total_seconds() / 60)
+    return table
