@@ -82,16 +82,18 @@ def ood_summary(df: pd.DataFrame) -> pd.DataFrame:
 
 def training_summary(meta_paths: list[str | Path]) -> pd.DataFrame:
     """One row per trained stage: run, stage, steps, best step and validation accuracy, the step whose weights the stage
-    kept and their validation accuracy (train.keep), the validation set's chance (NaN for models trained before it
-    was recorded), why the kept attempt stopped (`stopped_because`) and why the stage's last attempt did, where the
-    stage ended (`ended_because`: the cap, say, after a kept attempt the stall rule ended), wall time (a ramp's
-    lengths included); for a ramped stage (train.ramp) the steps of the lengths before its own (`ramp_steps`;
-    `steps` and the step columns count its own length) and per length `ramp`: max_objects:steps:best validation
-    accuracy; the retry rule's attempts of the stage's own length (`attempts`, the kept one the last that ran unless
-    none passed; `steps` counts them all) and the retries of its ramp's lengths (`ramp_retries`: attempts beyond the
-    first, summed; training.attempts). Where validation mixes kinds of prompt (train.Validation), the part its rules
-    read (`val_judged`: the best and kept accuracies and val_chance are that part's) and each part's kept accuracy,
-    chance and prompts (`val_{part}_accuracy`, `..._chance`, `..._prompts`; empty in other rows)."""
+    kept and their validation accuracy (train.keep), the validation set's chance (NaN for models trained before it was
+    recorded), why the kept attempt stopped (`stopped_because`) and why the stage's last attempt did, where the stage
+    ended (`ended_because`: the cap, say, after a kept attempt the stall rule ended), wall time (a ramp's lengths
+    included; the time of the steps the stage kept: a stage killed and resumed runs again from its last saved state,
+    train.checkpoint_every, and the first run of those steps is not counted); for a ramped stage (train.ramp) the steps
+    of the lengths before its own (`ramp_steps`; `steps` and the step columns count its own length) and per length
+    `ramp`: max_objects:steps:best validation accuracy; the retry rule's attempts of the stage's own length (`attempts`,
+    the kept one the last that ran unless none passed; `steps` counts them all) and the retries of its ramp's lengths
+    (`ramp_retries`: attempts beyond the first, summed; training.attempts). Where validation mixes kinds of prompt
+    (train.Validation), the part its rules read (`val_judged`: the best and kept accuracies and val_chance are that
+    part's) and each part's kept accuracy, chance and prompts (`val_{part}_accuracy`, `..._chance`, `..._prompts`; empty
+    in other rows)."""
     from vlbind.core.files import read_json
 
     rows = []
