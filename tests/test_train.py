@@ -87,6 +87,52 @@ def test_resume_after_kill_reaches_the_uninterrupted_weights(tmp_path, reference
     pd.testing.assert_series_equal(a["train_loss"], b["train_loss"])
 
 
+def sigterm_at(step: int):
+    """A callback that sends this process SIGTERM after `step`, as a scheduler stopping the job would."""
+    import os
+    import signal
+
+    def send(s):
+        if s == step:
+            os.kill(os.getpid(), signal.SIGTERM)
+    return send
+
+
+@pytest.mark.parametrize("at", [8, 9], ids=["between validations", "at a validation"])
+def test_sigterm_saves_the_step_it_ends_and_the_resumed_run_repeats_none_to_the_uninterrupted_one(tmp_path,
+                                                                                                    reference, at):
+    import signal
+
+    from vlbind.model.checkpoint import read_metadata
+
+    ref_dir, ref = reference  # CFG validates and saves every 3 steps: step 8 lies two steps after the save at 6
+    handler = signal.getsignal(signal.SIGTERM)
+    with pytest.raises(SystemExit) as stop:
+        train_attempt(fresh(), SPEC, CFG, tmp_path, stage="text_s1", callback=sigterm_at(at))
+    assert stop.value.code == 128 + signal.SIGTERM and signal.getsignal(signal.SIGTERM) is handler
+    saved = read_metadata(tmp_path / RESUME_FILE)
+    assert saved["step"] == at and len(saved["pending_losses"]) == at % CFG.eval_every
+    meta = train_attempt(fresh(), SPEC, CFG, tmp_path, stage="text_s1")
+    assert meta["resumed"] and meta["steps"] == CFG.max_steps
+    resumed, _ = load_model(tmp_path)
+    for k, v in ref.state_dict().items():
+        assert torch.equal(resumed.state_dict()[k], v), k
+    a, b = (pd.read_parquet(d / "metrics.parquet") for d in (ref_dir, tmp_path))
+    pd.testing.assert_frame_equal(a.drop(columns="steps_per_s"), b.drop(columns="steps_per_s"))
+
+
+def test_sigterm_in_the_step_that_ends_an_attempt_writes_its_files_then_stops(tmp_path, reference):
+    import signal
+
+    ref_dir, ref = reference
+    with pytest.raises(SystemExit) as stop:
+        train_attempt(fresh(), SPEC, CFG, tmp_path, stage="text_s1", callback=sigterm_at(CFG.max_steps))
+    assert stop.value.code == 128 + signal.SIGTERM and not (tmp_path / RESUME_FILE).exists()
+    done, _ = load_model(tmp_path)
+    for k, v in ref.state_dict().items():
+        assert torch.equal(done.state_dict()[k], v), k
+
+
 @pytest.mark.parametrize("cfg", [CFG, DENSE_CFG], ids=["plain", "dense"])
 def test_a_stage_with_a_start_resumes_after_a_kill_to_the_uninterrupted_weights(tmp_path, cfg):
     start = (StageSpec(8, 8, 8, 2, 2, shuffle=False), 5)  # a stage start switches the task mid-stream

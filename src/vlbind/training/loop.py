@@ -13,8 +13,11 @@ weights through, validated once. It keeps the weights of the best validation (`k
 stopping) or of the last step (`keep: "last"`: a fixed budget, for a task the starting model already solves). Its
 state (weights, optimizer, data RNG, curve) is saved atomically every `checkpoint_every` steps (training.resume): a
 killed run resumes to the weights of an uninterrupted one; a state made with other settings is discarded (a raised
-`max_steps` is not one). Dense supervision (`queries: "all"`, not in the paper): each training prompt queries every
-object of its context in one packed sequence (tasks.pack_queries); validation stays single-query.
+`max_steps` is not one). Stopped by SIGTERM (training.resume.StopSignal), an attempt ends its step, saves its state,
+the losses since its last validation included, and exits (status 143): resumed, it repeats no step.
+
+Dense supervision (`queries: "all"`, not in the paper): each training prompt queries every object of its context in
+one packed sequence (tasks.pack_queries); validation stays single-query.
 
 A step whose loss or gradient is not finite is skipped, the weights and the optimizer state unchanged, without a
 wait on the device; its batch and its step count, so data and schedule keep their steps. metrics.parquet counts the
@@ -26,6 +29,7 @@ from __future__ import annotations
 
 import logging
 import math
+import signal
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -47,7 +51,7 @@ from vlbind.model.transformer import Transformer
 from vlbind.training.config import TrainConfig
 from vlbind.training.losses import training_loss
 from vlbind.training.optim import lr_at, make_optimizer, optimizer_step
-from vlbind.training.resume import RESUME_FILE, fingerprint, load_resume, save_resume, settings_key
+from vlbind.training.resume import RESUME_FILE, StopSignal, fingerprint, load_resume, save_resume, settings_key
 
 if TYPE_CHECKING:
     from vlbind.data.bank import ImageBank
@@ -157,33 +161,39 @@ def train_attempt(model: Transformer, spec: StageSpec, cfg: TrainConfig, out_dir
     val = Validation.of(validation_set(spec, cfg, bank=val_bank), spec.for_validation().judged)
     val_chance = val.chance(val.judged)
     net = compiled(model, device) if cfg.compile else model  # validation stays eager: its shapes differ
-    t0, t_last, step_last, losses, skips, reason = time.time(), time.time(), progress.step, [], [], "max_steps"
-    while progress.step < cfg.max_steps:
-        batch = generate(start_spec if progress.step < start_steps else spec, cfg.batch_size, rng, bank=bank)
-        batch = pack_queries(batch) if cfg.queries == "all" else batch
-        progress.step += 1
-        step = progress.step
-        loss, grad_norm, skipped = _step(net, model, opt, batch, cfg, step, device, bank)
-        losses.append(loss)
-        skips.append(skipped)
-        if callback is not None:
-            callback(step)
-        if step % cfg.eval_every and step != cfg.max_steps:
-            continue
-        acc, parts = val.read(correct(model, val.batches, device, cfg.precision, val_bank))
-        now = time.time()
-        rate = (step - step_last) / max(now - t_last, 1e-9)
-        t_last, step_last = now, step
-        stop = progress.validate(model, acc, torch.stack(losses), torch.stack(skips), grad_norm, rate, cfg,
-                                 val_chance, parts)
-        losses, skips = [], []
-        _log_validation(stage, spec, cfg, progress, rate, batch, val.judged)
-        if stop is not None:
-            reason = stop
-            break
-        if step % ckpt_every == 0:
-            save_resume(out_dir / RESUME_FILE, key, model, opt, progress.saved(rng, time.time() - t0),
-                         progress.best_state)
+    t0, t_last, step_last, reason = time.time(), time.time(), progress.step, "max_steps"
+    losses, skips = progress.pending(device)  # since the last validation: none, unless a stop saved them
+    with StopSignal() as stop_signal:
+        while progress.step < cfg.max_steps:
+            batch = generate(start_spec if progress.step < start_steps else spec, cfg.batch_size, rng, bank=bank)
+            batch = pack_queries(batch) if cfg.queries == "all" else batch
+            progress.step += 1
+            step = progress.step
+            loss, grad_norm, skipped = _step(net, model, opt, batch, cfg, step, device, bank)
+            losses.append(loss)
+            skips.append(skipped)
+            if callback is not None:
+                callback(step)
+            validates = step % cfg.eval_every == 0 or step == cfg.max_steps
+            if validates:
+                acc, parts = val.read(correct(model, val.batches, device, cfg.precision, val_bank))
+                now = time.time()
+                rate = (step - step_last) / max(now - t_last, 1e-9)
+                t_last, step_last = now, step
+                stop = progress.validate(model, acc, torch.stack(losses), torch.stack(skips), grad_norm, rate, cfg,
+                                         val_chance, parts)
+                losses, skips = [], []
+                _log_validation(stage, spec, cfg, progress, rate, batch, val.judged)
+                if stop is not None:
+                    reason = stop
+                    break
+            stopped = stop_signal.received and step < cfg.max_steps  # at the last step the attempt ends anyway
+            if (validates and step % ckpt_every == 0) or stopped:
+                save_resume(out_dir / RESUME_FILE, key, model, opt,
+                            progress.saved(rng, time.time() - t0, losses, skips), progress.best_state)
+            if stopped:
+                log.info("%s: stopped by SIGTERM after step %d; its state is saved, to resume from", stage, step)
+                raise SystemExit(128 + signal.SIGTERM)
     if not progress.history:  # max_steps 0: the starting weights pass through; record what they score
         progress.pass_through(*val.read(correct(model, val.batches, device, cfg.precision, val_bank)))
         log.info("%s: max_steps 0, weights passed through unchanged; val_acc %.4f", stage, progress.best_acc)
@@ -193,7 +203,11 @@ def train_attempt(model: Transformer, spec: StageSpec, cfg: TrainConfig, out_dir
     how = {"stopped_because": reason, "val_chance": val_chance, "skipped_steps": progress.skipped,
            "resumed": progress.resumed, "wall_seconds": progress.wall_before + time.time() - t0,
            "vlbind_version": __version__}
-    return _finish(model, progress, cfg, what, how | (record or {}), out_dir, val)
+    meta = _finish(model, progress, cfg, what, how | (record or {}), out_dir, val)
+    if stop_signal.received:  # in the step that ended the attempt: its files are written, the job stops here
+        log.info("%s: stopped by SIGTERM as the attempt ended", stage)
+        raise SystemExit(128 + signal.SIGTERM)
+    return meta
 
 
 def _step(net, model: Transformer, opt, batch: Batch, cfg: TrainConfig, step: int, device, bank):
@@ -238,6 +252,8 @@ class _Progress:
     gain_step: int = 0  # ... and its step (TrainConfig.stall_steps)
     start_steps: int = 0  # the start phase (train_attempt's `start`): the at-chance window opens at its last
     chance_step: int = -1  # validation (or the first), then at each above chance + stall_margin; -1: not yet open
+    pending_losses: list = field(default_factory=list)  # a state saved at a stop: the training losses and skipped
+    pending_skips: list = field(default_factory=list)  # steps since the last validation, which its row will average
 
     @classmethod
     def resume_or_start(cls, path: Path, key: str, model, opt, rng: np.random.Generator, stage: str,
@@ -255,7 +271,14 @@ class _Progress:
                    best_step=saved["best_step"], history=saved["history"],
                    wall_before=saved.get("wall_seconds", 0.0), resumed=True, gain_acc=saved.get("gain_acc", -1.0),
                    gain_step=saved.get("gain_step", 0), start_steps=start_steps,
-                   chance_step=saved.get("chance_step", -1))  # a state saved before that clause: opens now
+                   chance_step=saved.get("chance_step", -1),  # a state saved before that clause: opens now
+                   pending_losses=saved.get("pending_losses", []), pending_skips=saved.get("pending_skips", []))
+
+    def pending(self, device) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+        """The training losses and skipped flags of the steps since the last validation that a stop saved (none at a
+        regular save, which follows a validation), as the loop's own values: float32 on `device`."""
+        return ([torch.tensor(x, dtype=torch.float32, device=device) for x in self.pending_losses],
+                [torch.tensor(x, dtype=torch.float32, device=device) for x in self.pending_skips])
 
     @property
     def skipped(self) -> int:
@@ -312,11 +335,14 @@ class _Progress:
                              "grad_norm": float("nan"), "steps_per_s": float("nan"), "skipped_steps": 0}
                             | {PART + k: v for k, v in parts.items()} | {"finite": True})
 
-    def saved(self, rng: np.random.Generator, seconds: float) -> dict:
-        """What a resume state records besides tensors (JSON metadata)."""
+    def saved(self, rng: np.random.Generator, seconds: float, losses: list[torch.Tensor],
+              skips: list[torch.Tensor]) -> dict:
+        """What a resume state records besides tensors (JSON metadata); `losses` and `skips`, the steps' since the last
+        validation (float32 values: exact as JSON numbers)."""
         return {"step": self.step, "best_acc": self.best_acc, "best_step": self.best_step, "history": self.history,
                 "rng_state": rng.bit_generator.state, "wall_seconds": self.wall_before + seconds,
-                "gain_acc": self.gain_acc, "gain_step": self.gain_step, "chance_step": self.chance_step}
+                "gain_acc": self.gain_acc, "gain_step": self.gain_step, "chance_step": self.chance_step,
+                "pending_losses": [float(x) for x in losses], "pending_skips": [float(x) for x in skips]}
 
 
 def _finish(model: Transformer, progress: _Progress, cfg: TrainConfig, what: dict, how: dict, out_dir: Path,

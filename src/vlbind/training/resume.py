@@ -1,8 +1,9 @@
 """A stage's resume state and what identifies it: the settings key a saved state is made with (`settings_key`:
 the stage's task, training settings, model, parent, starting weights), the atomic save of weights, best weights,
-optimizer and progress (`save_resume`, every `checkpoint_every` steps) and the load that refuses a state made with
-other settings or starting weights and moves a damaged one aside (`load_resume`). vlbind.training.loop resumes from it;
-vlbind.training.attempts keys a ramp's lengths and a unit's attempts with the same key.
+optimizer and progress (`save_resume`, every `checkpoint_every` steps, and at a stop: `StopSignal`) and the load that
+refuses a state made with other settings or starting weights and moves a damaged one aside (`load_resume`).
+vlbind.training.loop resumes from it; vlbind.training.attempts keys a ramp's lengths and a unit's attempts with the same
+key.
 """
 
 from __future__ import annotations
@@ -11,6 +12,8 @@ import hashlib
 import json
 import logging
 import os
+import signal
+import threading
 from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -54,6 +57,29 @@ def weights_digest(model: Transformer) -> str:
     for v in model.state_dict().values():
         h.update(v.detach().cpu().float().numpy().tobytes())
     return h.hexdigest()[:16]
+
+
+class StopSignal:
+    """Inside `with`, SIGTERM (a scheduler's stop: Snakemake's, SLURM's at a job's time limit, `kill`) sets `received`
+    instead of ending the process, so that a training loop can end its step, save its resume state and exit
+    (training.loop) rather than lose the steps since its last save; the handler it replaced is restored on leaving.
+    A signal handler can only be set in the main thread: elsewhere SIGTERM keeps its handler."""
+
+    def __init__(self) -> None:
+        self.received = False
+        self._replaced = None
+
+    def __enter__(self) -> StopSignal:
+        if threading.current_thread() is threading.main_thread():
+            self._replaced = signal.signal(signal.SIGTERM, self._receive)
+        return self
+
+    def _receive(self, signum, frame) -> None:
+        self.received = True
+
+    def __exit__(self, *exc) -> None:
+        if self._replaced is not None:
+            signal.signal(signal.SIGTERM, self._replaced)
 
 
 def save_resume(path, key, model, opt, progress: dict, best_state: dict) -> None:
