@@ -5,7 +5,7 @@ is kept (the run's path from the resume on). A retry (training.attempts) starts 
 attempts apart, from the log's "attempt K of N" lines. Both loggers' names are read: vlbind.train and vlbind.attempts
 before the package's split (dc33528's trees), vlbind.training.loop and vlbind.training.attempts after.
 
-    python docs/results/paper-rules/progress.py TREE/results OUT.csv
+    python docs/results/paper-rules/progress.py TREE/results OUT.csv   # prints each unit's attempts so far
 """
 
 import re
@@ -40,9 +40,18 @@ def curves(results: Path) -> pd.DataFrame:
     return df.drop_duplicates(["run", "unit", "stage", "attempt", "objects", "step"], keep="last")
 
 
+def summary(table: pd.DataFrame) -> list[str]:
+    """One line per run and unit for the page's prose: each attempt's last logged step and its best validation so far
+    (the log's `best`, the attempt's own), and whether the unit has finished."""
+    lines = []
+    for (run, unit), g in table.groupby(["run", "unit"], sort=False):
+        attempts = [f"attempt {a} at {r.step:,} (best {r.best:.3f} at {r.best_step:,})"
+                    for a, r in ((a, x.iloc[-1]) for a, x in g.groupby("attempt"))]
+        lines.append(f"{run} {unit}{' (finished)' if g.finished.iloc[-1] else ''}: " + "; ".join(attempts))
+    return lines
+
+
 if __name__ == "__main__":
     table = curves(Path(sys.argv[1]))
     table.to_csv(sys.argv[2], index=False)
-    last = table.groupby(["run", "unit"]).tail(1)
-    print(last[["run", "unit", "finished", "time", "attempt", "step", "cap", "val", "best", "best_step"]]
-          .to_string(index=False))
+    print("\n".join(summary(table)))
