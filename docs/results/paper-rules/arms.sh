@@ -27,7 +27,7 @@ tree_for() {  # ARM SHA -> the tree, created (worktree, .venv) if missing
     if [[ ! -d $dir ]]; then
         mkdir -p "$RUNS"
         git -C "$REPO" worktree add -q --detach "$dir" "$2"
-        (cd "$dir" && ./run.sh install)
+        (cd "$dir" && ./run.sh install > install.log 2>&1)
         echo "tree: commit $2, created $(date -u +%FT%TZ) on $(cpu_kind)" > "$dir/stretches.txt"
     fi
     local kind; kind=$(grep -m1 '^tree:' "$dir/stretches.txt" | sed 's/.* on //')
