@@ -57,7 +57,7 @@ start_e() {
     printf 'reuse: {tree: %s/results, stages: [text_s1, text_s2, text_s3, text_s4, text_s5]}\n' "$armp" \
         > "$dir/reuse.yaml"
     # the watcher: a seed starts once arm P's text_s5 has written its meta.json (the last of its three files)
-    (cd "$dir" && setsid nohup bash -c '
+    (cd "$dir" && setsid nohup bash -c 'echo $$ > watch.pid
         for s in '"${SEEDS[*]}"'; do started[$s]=0; done
         while :; do
             left=0
@@ -74,7 +74,7 @@ start_e() {
             done
             [[ $left == 0 ]] && exit 0
             sleep 300
-        done' >> watch.log 2>&1 & echo $! > watch.pid)
+        done' >> watch.log 2>&1 &)
 }
 
 stop_all() {
