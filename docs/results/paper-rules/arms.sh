@@ -6,24 +6,46 @@
 #   arms.sh start P SHA   arm P (and C, the variant text_long in the same tree): config/mini.yaml +
 #                         config/experiments/paper_rules.yaml from text_s1 (its text_s1-text_s4 are mini's default:
 #                         the shared parents), target `all`, in $RUNS/paper-rules-SHA
-#   arms.sh start E SHA   arm E: + config/experiments/noise_every_prompt.yaml, reusing arm P's text_s1-text_s5
-#                         ($ARM_P, default the newest $RUNS/paper-rules-*); one Snakemake per seed (`--nolock`: their
-#                         files are disjoint), each started once arm P's text_s5 of that seed has ended
+#   arms.sh start E SHA   arm E, + noise_every_prompt.yaml: noise_text's evaluation and analyses, from arm P's text_s5
+#   arms.sh start K SHA   + eval_1000.yaml: text_only's evaluation on 1,000 prompts a length, arm P's text_s5 itself
+#   arms.sh start L SHA   + eval_1000.yaml + text_s5_lr.yaml: text_s5 at lr 3e-4 from arm P's text_s4, so evaluated
+#                         (E, K, L: a tree of their own reusing arm P's stages, $ARM_P, default the newest
+#                         $RUNS/paper-rules-*; one Snakemake per seed, `--nolock`: their files are disjoint; each seed
+#                         starts once arm P's last reused stage of that seed has ended; SEEDS="1 2": those seeds only)
 #   arms.sh stop          SIGTERM to every arm's Snakemake group: each training job ends its step, saves, exits
+#   arms.sh snapshot      each tree's export (docs/results/mini/export.py: finished stages, job times, read-out tables)
+#                         into docs/results/paper-rules/NAME-zen5/ and its validations so far (progress.py) into
+#                         NAME-zen5-progress.csv; prints each unit's attempts so far
 #
 # RUNS defaults to ~/vlbind-runs. The arms train on the CPU they started on (`grep -o avx512_bf16 /proc/cpuinfo`):
 # bf16 and fp32 trajectories differ, so a tree is resumed on its kind only (`start` refuses another kind).
 set -euo pipefail
 RUNS=${RUNS:-$HOME/vlbind-runs}
 REPO=$(git -C "$(dirname "$0")" rev-parse --show-toplevel)
-SEEDS=(0 1 2)
+read -ra SEEDS <<< "${SEEDS:-0 1 2}"
+X=config/experiments
+
+arm() {  # ARM -> TREE (directory prefix), EXPORT (its export's name), CONFIGS, REUSE (stages), TARGETS ({s}: the seed)
+    REUSE="" TARGETS=""
+    case $1 in
+        P) TREE=paper-rules EXPORT=armP CONFIGS="$X/paper_rules.yaml" ;;
+        E) TREE=noise-every EXPORT=armE CONFIGS="$X/paper_rules.yaml $X/noise_every_prompt.yaml"
+           REUSE="text_s1 text_s2 text_s3 text_s4 text_s5"
+           TARGETS="results/eval/noise_text/seed{s}.parquet results/interp/interchange/noise_text/seed{s}.parquet" ;;
+        K) TREE=eval1000 EXPORT=eval1000 CONFIGS="$X/paper_rules.yaml $X/eval_1000.yaml"
+           REUSE="text_s1 text_s2 text_s3 text_s4 text_s5" TARGETS="results/eval/text_only/seed{s}.parquet" ;;
+        L) TREE=text-s5-lr EXPORT=text_s5_lr CONFIGS="$X/paper_rules.yaml $X/eval_1000.yaml $X/text_s5_lr.yaml"
+           REUSE="text_s1 text_s2 text_s3 text_s4" TARGETS="results/eval/text_only/seed{s}.parquet" ;;
+        *) echo "arms.sh: no arm '$1' (P, E, K, L)" >&2; exit 2 ;;
+    esac
+}
 
 cpu_kind() { echo "$(grep -m1 '^model name' /proc/cpuinfo | cut -d: -f2 | xargs), family $(grep -m1 '^cpu family' \
     /proc/cpuinfo | cut -d: -f2 | xargs) model $(grep -m1 '^model\s' /proc/cpuinfo | cut -d: -f2 | xargs), \
 $(grep -qE 'avx512_bf16|amx_bf16' /proc/cpuinfo && echo bf16 || echo fp32)"; }
 
-tree_for() {  # ARM SHA -> the tree, created (worktree, .venv) if missing
-    local dir=$RUNS/$([[ $1 == P ]] && echo paper-rules || echo noise-every)-$2
+tree_for() {  # TREE SHA -> the tree's directory, created (worktree, .venv) if missing
+    local dir=$RUNS/$1-$2
     if [[ ! -d $dir ]]; then
         mkdir -p "$RUNS"
         git -C "$REPO" worktree add -q --detach "$dir" "$2"
@@ -46,30 +68,30 @@ launch() {  # DIR LOGNAME SNAKEMAKE-ARGS...: Snakemake in its own session, niced
     echo "stretch: $name started $(date -u +%FT%TZ) on $(cpu_kind)" >> "$dir/stretches.txt"
 }
 
-start_p() {
-    local dir; dir=$(tree_for P "$1")
-    launch "$dir" snakemake --cores 2 --configfile config/mini.yaml config/experiments/paper_rules.yaml
-}
-
-start_e() {
-    local dir armp; dir=$(tree_for E "$1")
-    armp=${ARM_P:-$(ls -d "$RUNS"/paper-rules-* | tail -1)}
-    printf 'reuse: {tree: %s/results, stages: [text_s1, text_s2, text_s3, text_s4, text_s5]}\n' "$armp" \
-        > "$dir/reuse.yaml"
-    # the watcher: a seed starts once arm P's text_s5 has written its meta.json (the last of its three files)
+start() {  # ARM SHA
+    arm "$1"
+    local dir; dir=$(tree_for "$TREE" "$2")
+    # shellcheck disable=SC2086
+    if [[ -z $REUSE ]]; then
+        launch "$dir" snakemake --cores 2 --configfile config/mini.yaml $CONFIGS
+        return
+    fi
+    local armp=${ARM_P:-$(ls -d "$RUNS"/paper-rules-* | tail -1)} gate=${REUSE##* }
+    printf 'reuse: {tree: %s/results, stages: [%s]}\n' "$armp" "${REUSE// /, }" > "$dir/reuse.yaml"
+    # the watcher: a seed starts once arm P's last reused stage of that seed has written its meta.json (the last of
+    # its three files)
     (cd "$dir" && setsid nohup bash -c 'echo $$ > watch.pid
-        for s in '"${SEEDS[*]}"'; do started[$s]=0; done
+        '"$(declare -f cpu_kind launch)"'
+        declare -A started
         while :; do
             left=0
             for s in '"${SEEDS[*]}"'; do
-                [[ ${started[$s]} == 1 ]] && continue
-                if [[ -f '"$armp"'/results/models/seed$s/text_s5/meta.json ]]; then
+                [[ -n ${started[$s]:-} ]] && continue
+                if [[ -f '"$armp"'/results/models/seed$s/'"$gate"'/meta.json ]]; then
                     started[$s]=1
-                    '"$(declare -f cpu_kind launch)"'
-                    launch "$PWD" "seed$s" --cores 1 --nolock --configfile config/mini.yaml \
-                        config/experiments/paper_rules.yaml config/experiments/noise_every_prompt.yaml reuse.yaml \
-                        -- results/eval/noise_text/seed$s.parquet \
-                        results/interp/interchange/noise_text/seed$s.parquet
+                    targets="'"$TARGETS"'"
+                    launch "$PWD" "seed$s" --cores 1 --nolock --configfile config/mini.yaml '"$CONFIGS"' reuse.yaml \
+                        -- ${targets//\{s\}/$s}
                 else left=1; fi
             done
             [[ $left == 0 ]] && exit 0
@@ -87,8 +109,23 @@ stop_all() {
     done
 }
 
+snapshot() {
+    local here=$REPO/docs/results/paper-rules py=$REPO/.venv/bin/python
+    for a in P E K L; do
+        arm "$a"
+        for dir in "$RUNS/$TREE"-*; do
+            [[ -d $dir/results ]] || continue
+            echo "== $EXPORT-zen5: $dir ($(date -u +%FT%TZ))"
+            "$py" "$REPO/docs/results/mini/export.py" --results "$dir/results" --out "$here/$EXPORT-zen5"
+            "$py" "$here/progress.py" "$dir/results" "$here/$EXPORT-zen5-progress.csv"
+            cp "$dir/stretches.txt" "$here/$EXPORT-zen5/stretches.txt"
+        done
+    done
+}
+
 case ${1:-} in
-    start) case ${2:-} in P) start_p "$3" ;; E) start_e "$3" ;; *) echo "usage: arms.sh start P|E SHA" >&2; exit 2 ;; esac ;;
+    start) start "${2:-}" "${3:?arms.sh start ARM SHA}" ;;
     stop) stop_all ;;
-    *) echo "usage: arms.sh start P|E SHA | stop" >&2; exit 2 ;;
+    snapshot) snapshot ;;
+    *) echo "usage: arms.sh start P|E|K|L SHA | stop | snapshot" >&2; exit 2 ;;
 esac
