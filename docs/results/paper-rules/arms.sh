@@ -103,7 +103,8 @@ stop_all() {
     for w in "$RUNS"/*/watch.pid; do [[ -f $w ]] && kill "$(cat "$w")" 2>/dev/null || true; done
     for pid in $(pgrep -f "snakemake --rerun-incomplete" || true); do
         local pg; pg=$(ps -o pgid= -p "$pid" | xargs) || continue
-        local dir; dir=$(readlink "/proc/$pid/cwd")
+        local dir; dir=$(readlink "/proc/$pid/cwd") || continue
+        [[ $dir == "$RUNS"/* ]] || continue  # another RUNS' arm, or a Snakemake that is not an arm
         kill -TERM -- "-$pg" 2>/dev/null || true
         echo "stretch: ended $(date -u +%FT%TZ) (arms.sh stop, SIGTERM to group $pg)" >> "$dir/stretches.txt"
     done
