@@ -64,7 +64,8 @@ tree_for() {  # TREE SHA -> the tree's directory, created (worktree, .venv) if m
 launch() {  # DIR LOGNAME SNAKEMAKE-ARGS...: Snakemake in its own session, niced, logged; one stretch line
     local dir=$1 name=$2; shift 2
     (cd "$dir" && .venv/bin/snakemake --unlock "$@" >/dev/null 2>&1 || true)
-    (cd "$dir" && setsid nice -n 10 .venv/bin/snakemake --rerun-incomplete "$@" >> "$dir/$name.log" 2>&1 &)
+    (cd "$dir" && exec setsid nice -n 10 .venv/bin/snakemake --rerun-incomplete "$@") >> "$dir/$name.log" 2>&1 \
+        < /dev/null &
     echo "stretch: $name started $(date -u +%FT%TZ) on $(cpu_kind)" >> "$dir/stretches.txt"
 }
 
@@ -80,7 +81,7 @@ start() {  # ARM SHA
     printf 'reuse: {tree: %s/results, stages: [%s]}\n' "$armp" "${REUSE// /, }" > "$dir/reuse.yaml"
     # the watcher: a seed starts once arm P's last reused stage of that seed has written its meta.json (the last of
     # its three files)
-    (cd "$dir" && setsid nohup bash -c 'echo $$ > watch.pid
+    (cd "$dir" && exec setsid bash -c 'echo $$ > watch.pid
         '"$(declare -f cpu_kind launch)"'
         declare -A started
         while :; do
@@ -96,11 +97,12 @@ start() {  # ARM SHA
             done
             [[ $left == 0 ]] && exit 0
             sleep 300
-        done' >> watch.log 2>&1 &)
+        done') >> "$dir/watch.log" 2>&1 < /dev/null &
 }
 
 stop_all() {
-    for w in "$RUNS"/*/watch.pid; do [[ -f $w ]] && kill "$(cat "$w")" 2>/dev/null || true; done
+    # a watcher is a session of its own (setsid): its group is its pid
+    for w in "$RUNS"/*/watch.pid; do [[ -f $w ]] && kill -- "-$(cat "$w")" 2>/dev/null || true; done
     for pid in $(pgrep -f "snakemake --rerun-incomplete" || true); do
         local pg; pg=$(ps -o pgid= -p "$pid" | xargs) || continue
         local dir; dir=$(readlink "/proc/$pid/cwd") || continue
