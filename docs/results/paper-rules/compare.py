@@ -4,7 +4,8 @@ comparison the issue asks for per seed with its sign count (noise on text agains
 images against text_only and noise_image_text against noise_text), beside the paper's, then the circuit label of every
 analysed run at its first spike and at the last layer (the DAG's circuits.csv where the run exported it; for a run in
 progress, circuit_label with config.yaml's rule over its exported interchange.csv and probes.csv, as the circuits rule
-does). Shuffled lists (the paper's order) unless --order says otherwise.
+does). Shuffled lists (the paper's order) unless --order says otherwise. First, where the exports have training.csv,
+the parents (text_s1-text_s4) of each arm against the first arm's: steps, best step, best validation, attempts.
 
     python docs/results/paper-rules/compare.py complete=docs/results/mini P=docs/results/paper-rules/P \\
         E=docs/results/paper-rules/E
@@ -48,6 +49,7 @@ def main() -> None:
     ap.add_argument("--order", default="shuffled")
     args = ap.parse_args()
     arms = dict(a.split("=", 1) for a in args.arms)
+    print_parents(arms)
     tables = {name: runs(Path(d), args.order) for name, d in arms.items()}
     seeds = sorted({s for t in tables.values() for s in t.seed})
 
@@ -78,6 +80,40 @@ def main() -> None:
         paper = pct(PAPER_OOD[a][0] - PAPER_OOD[b][0]) if a in PAPER_OOD and b in PAPER_OOD else "—"
         print(f"| {a} - {b} | " + " | ".join(cells) + f" | {paper} |")
     print_labels(arms)
+
+
+PARENTS = ["text_s1", "text_s2", "text_s3", "text_s4"]
+PARENT_FIELDS = ["steps", "best_step", "best_val_accuracy", "attempts", "ramp_steps"]
+
+
+def print_parents(arms: dict[str, str]) -> None:
+    """The parents of each arm per seed as steps, best step, best validation and attempts (and a ramp's steps before
+    its last length, text_s4's), beside the first arm's; "equal" where all equal the first arm's."""
+    tables = {n: pd.read_csv(Path(d) / "training.csv").set_index(["run", "stage"]) for n, d in arms.items()
+              if (Path(d) / "training.csv").is_file()}
+    if len(tables) < 2:
+        return
+    first, *others = tables
+    print(f"The parents: steps, best step, best validation, attempts, + a ramp's steps before its last length "
+          f"(against {first}'s)\n")
+    print("| run | stage | " + " | ".join(tables) + " |")
+    print("|---|---|" + "---|" * len(tables))
+    for run, stage in tables[first].index:
+        if stage not in PARENTS:
+            continue
+        ref = tables[first].loc[(run, stage), PARENT_FIELDS]
+        cells = []
+        for name, t in tables.items():
+            if (run, stage) not in t.index:
+                cells.append("—")
+                continue
+            row = t.loc[(run, stage), PARENT_FIELDS]
+            same = name != first and all(a == b or (pd.isna(a) and pd.isna(b)) for a, b in zip(row, ref))
+            ramp = "" if pd.isna(row.ramp_steps) or not row.ramp_steps else f" + {row.ramp_steps:,.0f}"
+            cells.append("equal" if same else f"{row.steps:,.0f} / {row.best_step:,.0f} / {row.best_val_accuracy:.3f} "
+                         f"/ {row.attempts:.0f}{ramp}")
+        print(f"| {run} | {stage} | " + " | ".join(cells) + " |")
+    print()
 
 
 def labels(export: Path) -> pd.DataFrame:
