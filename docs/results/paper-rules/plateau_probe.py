@@ -5,7 +5,13 @@ best validation it keeps and how far that lies below the best the whole curve re
     python docs/results/paper-rules/plateau_probe.py TREE/results/models/seed0/text_s5/metrics.parquet [...]
 
 Each row: curve, patience, min_delta, the step the rule stops at (or `-` where the curve ends first), the kept best
-step and validation, the curve's own best, and the shortfall (curve best - kept best)."""
+step and validation, the curve's own best, and the shortfall (curve best - kept best).
+
+    python docs/results/paper-rules/plateau_probe.py --pauses PROGRESS.csv [MIN_DELTA]
+
+On a tree's validations (progress.py's table), per stage attempt: the longest pause (validations without a gain of
+MIN_DELTA, default 1/512, over the best so far) that a gain ended, and the pause still open at its last validation:
+a patience above every ended pause would not have cut any of these curves short."""
 
 import sys
 
@@ -34,6 +40,34 @@ def table(paths: list[str]) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def pauses(steps, acc, min_delta: float) -> tuple[int, int, int, int]:
+    """(validations of the longest pause a gain ended, the step it began at (the best's), the step of that gain,
+    validations since the last gain at the curve's end), as plateau_end counts them."""
+    every = int(steps[1] - steps[0]) if len(steps) > 1 else 1
+    best, best_step, longest = -1.0, int(steps[0]), (0, int(steps[0]), int(steps[0]))
+    for s, a in zip(steps, acc):
+        if a >= best + min_delta or best < 0:
+            if (s - best_step) // every > longest[0]:
+                longest = ((s - best_step) // every, best_step, int(s))
+            best, best_step = a, int(s)
+    return (*longest, int((steps[-1] - best_step) // every))
+
+
+def pause_table(progress: str, min_delta: float) -> pd.DataFrame:
+    rows = []
+    curves = pd.read_csv(progress)
+    for (run, unit, attempt, stage), c in curves.groupby(["run", "unit", "attempt", "stage"], sort=False):
+        c = c.sort_values("step")
+        longest, since, gain, open_ = pauses(c["step"].to_numpy(), c["val"].to_numpy(), min_delta)
+        rows.append({"run": run, "unit": unit, "stage": stage, "attempt": attempt, "finished": c["finished"].iloc[0],
+                     "last_step": int(c["step"].iloc[-1]), "longest_ended_pause": longest, "from": since,
+                     "to": gain, "open_pause": open_})
+    return pd.DataFrame(rows)
+
+
 if __name__ == "__main__":
     pd.set_option("display.width", 200, "display.max_rows", 500)
-    print(table(sys.argv[1:]).to_string(index=False))
+    if sys.argv[1] == "--pauses":
+        print(pause_table(sys.argv[2], float(sys.argv[3]) if len(sys.argv) > 3 else 1 / 512).to_string(index=False))
+    else:
+        print(table(sys.argv[1:]).to_string(index=False))
