@@ -17,7 +17,8 @@
 #                         into docs/results/paper-rules/NAME-zen5/ and its validations so far (progress.py) into
 #                         NAME-zen5-progress.csv; prints each unit's attempts so far
 #
-# RUNS defaults to ~/vlbind-runs. The arms train on the CPU they started on (`grep -o avx512_bf16 /proc/cpuinfo`):
+# CORES (arm P's jobs at once, default 2): 3 lets the seeds train side by side on 2 cores (one thread each), the same
+# work, each seed's results sooner. RUNS defaults to ~/vlbind-runs. The arms train on the CPU they started on (`grep -o avx512_bf16 /proc/cpuinfo`):
 # bf16 and fp32 trajectories differ, so a tree is resumed on its kind only (`start` refuses another kind).
 set -euo pipefail
 RUNS=${RUNS:-$HOME/vlbind-runs}
@@ -74,7 +75,7 @@ start() {  # ARM SHA
     local dir; dir=$(tree_for "$TREE" "$2")
     # shellcheck disable=SC2086
     if [[ -z $REUSE ]]; then
-        launch "$dir" snakemake --cores 2 --configfile config/mini.yaml $CONFIGS
+        launch "$dir" snakemake --cores "${CORES:-2}" --configfile config/mini.yaml $CONFIGS
         return
     fi
     local armp=${ARM_P:-$(ls -d "$RUNS"/paper-rules-* | tail -1)} gate=${REUSE##* }
