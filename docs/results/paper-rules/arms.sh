@@ -121,7 +121,7 @@ snapshot() {
             [[ -d $dir/results ]] || continue
             echo "== $EXPORT-zen5: $dir ($(date -u +%FT%TZ))"
             "$py" "$REPO/docs/results/mini/export.py" --results "$dir/results" --out "$here/$EXPORT-zen5"
-            "$py" "$here/progress.py" "$dir/results" "$here/$EXPORT-zen5-progress.csv"
+            "$py" "$here/progress.py" "$dir/results" "$here/$EXPORT-zen5-progress.csv" || true  # none yet
             cp "$dir/stretches.txt" "$here/$EXPORT-zen5/stretches.txt"
         done
     done
