@@ -14,12 +14,14 @@
 #                         starts once arm P's last reused stage of that seed has ended; SEEDS="1 2": those seeds only)
 #   arms.sh stop          SIGTERM to every arm's Snakemake group: each training job ends its step, saves, exits
 #   arms.sh snapshot      each tree's export (docs/results/mini/export.py: finished stages, job times, read-out tables)
-#                         into docs/results/paper-rules/NAME-zen5/ and its validations so far (progress.py) into
-#                         NAME-zen5-progress.csv; prints each unit's attempts so far
+#                         into docs/results/paper-rules/NAME-TAG/ and its validations so far (progress.py) into
+#                         NAME-TAG-progress.csv; prints each unit's attempts so far. TAG names the CPU kind the trees
+#                         ran on (default zen5: this stretch's machine), so that another kind's exports stand beside these
 #
 # CORES (arm P's jobs at once, default 2): 3 lets the seeds train side by side on 2 cores (one thread each), the same
-# work, each seed's results sooner. RUNS defaults to ~/vlbind-runs. The arms train on the CPU they started on (`grep -o avx512_bf16 /proc/cpuinfo`):
-# bf16 and fp32 trajectories differ, so a tree is resumed on its kind only (`start` refuses another kind).
+# work, each seed's results sooner. RUNS defaults to ~/vlbind-runs. The arms train on the CPU they started on
+# (`grep -o avx512_bf16 /proc/cpuinfo`): bf16 and fp32 trajectories differ, so a tree is resumed on its kind only
+# (`start` refuses another kind).
 set -euo pipefail
 RUNS=${RUNS:-$HOME/vlbind-runs}
 REPO=$(git -C "$(dirname "$0")" rev-parse --show-toplevel)
@@ -114,15 +116,15 @@ stop_all() {
 }
 
 snapshot() {
-    local here=$REPO/docs/results/paper-rules py=$REPO/.venv/bin/python
+    local here=$REPO/docs/results/paper-rules py=$REPO/.venv/bin/python tag=${TAG:-zen5}
     for a in P E K L; do
         arm "$a"
         for dir in "$RUNS/$TREE"-*; do
             [[ -d $dir/results ]] || continue
-            echo "== $EXPORT-zen5: $dir ($(date -u +%FT%TZ))"
-            "$py" "$REPO/docs/results/mini/export.py" --results "$dir/results" --out "$here/$EXPORT-zen5"
-            "$py" "$here/progress.py" "$dir/results" "$here/$EXPORT-zen5-progress.csv" || true  # none yet
-            cp "$dir/stretches.txt" "$here/$EXPORT-zen5/stretches.txt"
+            echo "== $EXPORT-$tag: $dir ($(date -u +%FT%TZ))"
+            "$py" "$REPO/docs/results/mini/export.py" --results "$dir/results" --out "$here/$EXPORT-$tag"
+            "$py" "$here/progress.py" "$dir/results" "$here/$EXPORT-$tag-progress.csv" || true  # none yet
+            cp "$dir/stretches.txt" "$here/$EXPORT-$tag/stretches.txt"
         done
     done
 }

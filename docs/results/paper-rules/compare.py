@@ -93,7 +93,7 @@ def print_parents(arms: dict[str, str]) -> None:
               if (Path(d) / "training.csv").is_file()}
     if len(tables) < 2:
         return
-    first, *others = tables
+    first = next(iter(tables))
     print(f"The parents: steps, best step, best validation, attempts, + a ramp's steps before its last length "
           f"(against {first}'s)\n")
     print("| run | stage | " + " | ".join(tables) + " |")
