@@ -4,7 +4,9 @@ comparison the issue asks for per seed with its sign count (noise on text agains
 images against text_only and noise_image_text against noise_text), beside the paper's, then the circuit label of every
 analysed run at its first spike and at the last layer (the DAG's circuits.csv where the run exported it; for a run in
 progress, circuit_label with config.yaml's rule over its exported interchange.csv and probes.csv, as the circuits rule
-does). Shuffled lists (the paper's order) unless --order says otherwise. First, where the exports have training.csv,
+does). Shuffled lists (the paper's order) unless --order says otherwise. An arm that trains one variant only (arm E:
+noise_text) is compared against the variants of the arm named by --base (default: the first arm with them), as the
+cell says: E's noise_text - P's text_only. First, where the exports have training.csv,
 the parents (text_s1-text_s4) of each arm against the first arm's: steps, best step, best validation, attempts.
 
     python docs/results/paper-rules/compare.py complete=docs/results/mini P=docs/results/paper-rules/P \\
@@ -36,7 +38,9 @@ def per_seed(cells: list[str]) -> str:
 
 def runs(export: Path, order: str) -> pd.DataFrame:
     """One row per run of `order`: per_run's (in and out of distribution, chance, used) and the accuracy at 8
-    objects."""
+    objects; none where nothing is evaluated yet."""
+    if not (export / "eval_by_length.csv").is_file():
+        return pd.DataFrame(columns=["variant", "run", "seed", "ood", "used", "at8"])
     ev = pd.read_csv(export / "eval_by_length.csv")
     table = per_run(ev, order)
     at8 = ev[(ev.order == order) & (ev.n_objects == 8)].set_index(["variant", "run"])["accuracy"]
@@ -47,6 +51,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("arms", nargs="+", help="NAME=EXPORT_DIR, in the order the columns show them")
     ap.add_argument("--order", default="shuffled")
+    ap.add_argument("--base", help="the arm whose b an arm without b is compared against (default: the first with b)")
     args = ap.parse_args()
     arms = dict(a.split("=", 1) for a in args.arms)
     print_parents(arms)
@@ -72,14 +77,23 @@ def main() -> None:
     print("|---|" + "---|" * len(arms) + "---|")
     for a, b in COMPARISONS:
         cells = []
-        for t in tables.values():
-            ta, tb = (t[t.variant == x].set_index("seed")["ood"] for x in (a, b))
+        for name, t in tables.items():
+            source = name if (t.variant == b).any() else base_for(tables, b, args.base)
+            ta = t[t.variant == a].set_index("seed")["ood"]
+            tb = tables[source][tables[source].variant == b].set_index("seed")["ood"] if source else pd.Series()
             d = (ta - tb).reindex(seeds)
             n = int(d.notna().sum())
-            cells.append(f"{per_seed([pct(x) for x in d])} ({int((d > 0).sum())} of {n})" if n else "—")
+            against = f", b: {source}'s" if n and source != name else ""
+            cells.append(f"{per_seed([pct(x) for x in d])} ({int((d > 0).sum())} of {n}{against})" if n else "—")
         paper = pct(PAPER_OOD[a][0] - PAPER_OOD[b][0]) if a in PAPER_OOD and b in PAPER_OOD else "—"
         print(f"| {a} - {b} | " + " | ".join(cells) + f" | {paper} |")
     print_labels(arms)
+
+
+def base_for(tables: dict[str, pd.DataFrame], variant: str, base: str | None) -> str | None:
+    """The arm whose `variant` an arm without it is compared against: `base` if it has it, else the first that does."""
+    have = [n for n, t in tables.items() if (t.variant == variant).any()]
+    return base if base in have else next(iter(have), None)
 
 
 PARENTS = ["text_s1", "text_s2", "text_s3", "text_s4"]
