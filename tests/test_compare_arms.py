@@ -26,8 +26,13 @@ def test_an_arm_without_text_only_is_compared_against_the_base_arms(tmp_path):
     p = export(tmp_path / "P", {("text_only", 0): [100, 97, 30, 10], ("noise_text", 0): [100, 99, 50, 20],
                                 ("text_only", 1): [100, 90, 20, 4], ("noise_text", 1): [100, 95, 10, 4]})
     e = export(tmp_path / "E", {("noise_text", 0): [100, 80, 70, 30], ("noise_text", 1): [100, 60, 10, 2]})
-    out = subprocess.run([sys.executable, str(COMPARE), f"P={p}", f"E={e}"], capture_output=True, text=True,
-                         check=True).stdout
+    def table(*base: str) -> str:
+        return subprocess.run([sys.executable, str(COMPARE), f"P={p}", f"E={e}", *base], capture_output=True,
+                              text=True, check=True).stdout
+
+    row = next(line for line in table().splitlines() if line.startswith("| noise_text - text_only |"))
+    assert row.split("|")[3].strip() == "—"  # no base named: E is compared against nothing
+    out = table("--base", "P")
     row = next(line for line in out.splitlines() if line.startswith("| noise_text - text_only |"))
     _, _, arm_p, arm_e, _, _ = (c.strip() for c in row.split("|"))
     # OOD = the mean over 9 and 32 of correct / 100, in points

@@ -5,8 +5,8 @@ images against text_only and noise_image_text against noise_text), beside the pa
 analysed run at its first spike and at the last layer (the DAG's circuits.csv where the run exported it; for a run in
 progress, circuit_label with config.yaml's rule over its exported interchange.csv and probes.csv, as the circuits rule
 does). Shuffled lists (the paper's order) unless --order says otherwise. An arm that trains one variant only (arm E:
-noise_text) is compared against the variants of the arm named by --base (default: the first arm with them), as the
-cell says: E's noise_text - P's text_only. First, where the exports have training.csv,
+noise_text) is compared against the variants of the arm named by --base, as the cell says (E's noise_text - P's
+text_only); without --base, not at all. First, where the exports have training.csv,
 the parents (text_s1-text_s4) of each arm against the first arm's: steps, best step, best validation, attempts.
 
     python docs/results/paper-rules/compare.py complete=docs/results/mini P=docs/results/paper-rules/P \\
@@ -51,9 +51,11 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("arms", nargs="+", help="NAME=EXPORT_DIR, in the order the columns show them")
     ap.add_argument("--order", default="shuffled")
-    ap.add_argument("--base", help="the arm whose b an arm without b is compared against (default: the first with b)")
+    ap.add_argument("--base", help="the arm whose b an arm without b is compared against (default: none)")
     args = ap.parse_args()
     arms = dict(a.split("=", 1) for a in args.arms)
+    if args.base is not None and args.base not in arms:
+        ap.error(f"--base {args.base}: no such arm; the arms: {', '.join(arms)}")
     print_parents(arms)
     tables = {name: runs(Path(d), args.order) for name, d in arms.items()}
     seeds = sorted({s for t in tables.values() for s in t.seed})
@@ -78,9 +80,9 @@ def main() -> None:
     for a, b in COMPARISONS:
         cells = []
         for name, t in tables.items():
-            source = name if (t.variant == b).any() else base_for(tables, b, args.base)
+            source = name if (t.variant == b).any() else args.base
             ta = t[t.variant == a].set_index("seed")["ood"]
-            tb = tables[source][tables[source].variant == b].set_index("seed")["ood"] if source else pd.Series()
+            tb = tables[source][tables[source].variant == b].set_index("seed")["ood"] if source else pd.Series(dtype=float)
             d = (ta - tb).reindex(seeds)
             n = int(d.notna().sum())
             against = f", b: {source}'s" if n and source != name else ""
@@ -88,12 +90,6 @@ def main() -> None:
         paper = pct(PAPER_OOD[a][0] - PAPER_OOD[b][0]) if a in PAPER_OOD and b in PAPER_OOD else "—"
         print(f"| {a} - {b} | " + " | ".join(cells) + f" | {paper} |")
     print_labels(arms)
-
-
-def base_for(tables: dict[str, pd.DataFrame], variant: str, base: str | None) -> str | None:
-    """The arm whose `variant` an arm without it is compared against: `base` if it has it, else the first that does."""
-    have = [n for n, t in tables.items() if (t.variant == variant).any()]
-    return base if base in have else next(iter(have), None)
 
 
 PARENTS = ["text_s1", "text_s2", "text_s3", "text_s4"]
