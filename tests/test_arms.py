@@ -67,6 +67,29 @@ def test_a_reusing_arm_starts_the_seeds_whose_parent_stage_ended_and_stop_signal
         assert (tree / "reuse.yaml").read_text() == (
             f"reuse: {{tree: {runs}/paper-rules-abc/results, stages: [text_s1, text_s2, text_s3, text_s4, text_s5]}}\n")
         watcher = int(wait_for(tree / "watch.pid"))
+        for _ in range(100):  # the stand-in's sleep, in the arm's session
+            if arm := subprocess.run(["pgrep", "-f", "sleep 61"], capture_output=True, text=True).stdout.split():
+                break
+            time.sleep(0.1)
+        if Path(f"/proc/{arm[0]}/autogroup").is_file():  # a kernel with autogroups: the arm's session at nice 5
+            for _ in range(100):  # the stretch line follows the share's setting
+                if "stretch: seed1" in (tree / "stretches.txt").read_text():
+                    break
+                time.sleep(0.1)
+            assert "autogroup nice 5" in (tree / "stretches.txt").read_text()
+            assert Path(f"/proc/{arm[0]}/autogroup").read_text().split()[-1] == "5"
+
+        again = arms(runs, "start", "K", "abc", SEEDS="0 1")  # its watcher runs: refused
+        assert again.returncode == 1 and "watcher runs already" in again.stderr
+        os.killpg(watcher, 15)  # the watcher gone, seed 1's Snakemake still running: a new watcher leaves it alone
+        for _ in range(50):
+            if not alive(watcher):
+                break
+            time.sleep(0.1)
+        assert arms(runs, "start", "K", "abc", SEEDS="0 1").returncode == 0
+        watcher = int(wait_for(tree / "watch.pid"))
+        time.sleep(1)
+        assert (tree / "seed1.log").read_text().count("ARGS:") == 1
 
         assert arms(runs, "stop").returncode == 0
         time.sleep(0.5)
@@ -86,3 +109,16 @@ def test_a_tree_started_on_another_cpu_kind_is_refused(tmp_path):
     done = arms(runs, "start", "P", "abc")
     assert done.returncode == 1 and "trajectories would differ" in done.stderr
     assert not (runs / "paper-rules-abc/snakemake.log").exists()
+
+
+def test_a_running_tree_is_not_started_twice(tmp_path):
+    runs = tmp_path / "runs"
+    tree = fake_tree(runs, "paper-rules-abc", cpu_kind())
+    try:
+        assert arms(runs, "start", "P", "abc", CORES="3").returncode == 0
+        assert "--cores 3" in wait_for(tree / "snakemake.log")
+        again = arms(runs, "start", "P", "abc")
+        assert again.returncode == 1 and "runs already" in again.stderr
+        assert (tree / "snakemake.log").read_text().count("ARGS:") == 1
+    finally:
+        arms(runs, "stop")

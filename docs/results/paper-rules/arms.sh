@@ -19,7 +19,9 @@
 #                         ran on (default zen5: this stretch's machine), so that another kind's exports stand beside these
 #
 # CORES (arm P's jobs at once, default 2): 3 lets the seeds train side by side on 2 cores (one thread each), the same
-# work, each seed's results sooner. RUNS defaults to ~/vlbind-runs. The arms train on the CPU they started on
+# work, each seed's results sooner; 4 runs the encoder's pretraining beside them, before a seed's image arm waits on
+# it. SESSION_NICE (default 5) lowers a reusing arm's share of the CPU against arm P's (the kernel's autogroup; a
+# negative value needs root). RUNS defaults to ~/vlbind-runs. The arms train on the CPU they started on
 # (`grep -o avx512_bf16 /proc/cpuinfo`): bf16 and fp32 trajectories differ, so a tree is resumed on its kind only
 # (`start` refuses another kind).
 set -euo pipefail
@@ -64,17 +66,43 @@ tree_for() {  # TREE SHA -> the tree's directory, created (worktree, .venv) if m
     echo "$dir"
 }
 
-launch() {  # DIR LOGNAME SNAKEMAKE-ARGS...: Snakemake in its own session, niced, logged; one stretch line
+launch() {  # DIR LOGNAME SNAKEMAKE-ARGS...: Snakemake in its own session, niced, logged; one stretch line. The kernel
+    # shares the CPU among sessions (autogroups) before their processes: with SESSION_NICE the session's share is
+    # lowered (a reusing arm's, 5: arm P's stages, which every arm waits on, take ~3x its share)
     local dir=$1 name=$2; shift 2
     (cd "$dir" && .venv/bin/snakemake --unlock "$@" >/dev/null 2>&1 || true)
     (cd "$dir" && exec setsid nice -n 10 .venv/bin/snakemake --rerun-incomplete "$@") >> "$dir/$name.log" 2>&1 \
         < /dev/null &
-    echo "stretch: $name started $(date -u +%FT%TZ) on $(cpu_kind)" >> "$dir/stretches.txt"
+    local pid=$! share=""
+    if [[ -n ${SESSION_NICE:-} && -f /proc/$pid/autogroup ]]; then
+        for _ in {1..50}; do [[ $(ps -o sid= -p "$pid" | xargs) == "$pid" ]] && break; sleep 0.1; done
+        echo "$SESSION_NICE" 2>/dev/null > "/proc/$pid/autogroup" && share=", autogroup nice $SESSION_NICE"
+    fi
+    echo "stretch: $name started $(date -u +%FT%TZ) on $(cpu_kind)$share" >> "$dir/stretches.txt"
 }
 
-start() {  # ARM SHA
+running() {  # DIR [WORD]: an arm's Snakemake runs in DIR (with WORD in its arguments: a seed's targets)
+    local pid here; here=$(cd "$1" && pwd -P)
+    for pid in $(pgrep -f "snakemake --rerun-incomplete" || true); do
+        [[ $(readlink "/proc/$pid/cwd") == "$here" ]] || continue
+        [[ -z ${2:-} ]] || tr '\0' ' ' < "/proc/$pid/cmdline" | grep -q -- "$2" || continue
+        return 0
+    done
+    return 1
+}
+
+start() {  # ARM SHA; a tree (or a seed of a reusing arm) already running is left alone: two Snakemakes on one
+    # stage's files would train it twice over each other
     arm "$1"
     local dir; dir=$(tree_for "$TREE" "$2")
+    if [[ -z $REUSE ]] && running "$dir"; then
+        echo "arms.sh: $dir runs already (arms.sh stop first)" >&2
+        exit 1
+    fi
+    if [[ -f $dir/watch.pid && $(awk '{print $3}' "/proc/$(cat "$dir/watch.pid")/stat" 2>/dev/null) =~ ^[RSD]$ ]]; then
+        echo "arms.sh: $dir's watcher runs already (arms.sh stop first)" >&2
+        exit 1
+    fi
     # shellcheck disable=SC2086
     if [[ -z $REUSE ]]; then
         launch "$dir" snakemake --cores "${CORES:-2}" --configfile config/mini.yaml $CONFIGS
@@ -85,16 +113,18 @@ start() {  # ARM SHA
     # the watcher: a seed starts once arm P's last reused stage of that seed has written its meta.json (the last of
     # its three files)
     (cd "$dir" && exec setsid bash -c 'echo $$ > watch.pid
-        '"$(declare -f cpu_kind launch)"'
+        '"$(declare -f cpu_kind launch running)"'
         declare -A started
         while :; do
             left=0
             for s in '"${SEEDS[*]}"'; do
                 [[ -n ${started[$s]:-} ]] && continue
-                if [[ -f '"$armp"'/results/models/seed$s/'"$gate"'/meta.json ]]; then
+                if running "$PWD" "/seed$s\\."; then  # started by an earlier watcher, still running
+                    started[$s]=1
+                elif [[ -f '"$armp"'/results/models/seed$s/'"$gate"'/meta.json ]]; then
                     started[$s]=1
                     targets="'"$TARGETS"'"
-                    launch "$PWD" "seed$s" --cores 1 --nolock --configfile config/mini.yaml '"$CONFIGS"' reuse.yaml \
+                    SESSION_NICE=${SESSION_NICE:-5} launch "$PWD" "seed$s" --cores 1 --nolock --configfile config/mini.yaml '"$CONFIGS"' reuse.yaml \
                         -- ${targets//\{s\}/$s}
                 else left=1; fi
             done
