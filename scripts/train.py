@@ -32,7 +32,7 @@ if "projector" in params:  # the first image stage gives the text model its visu
 start = params.get("start")
 start = (StageSpec.from_dict(start["task"]), start["steps"]) if start else None
 cfg = TrainConfig.from_section(params["train"], seed, device, precision)
-if "as_long_as" in params:  # a noise control: the steps and lr of its twin's kept attempt
+if "as_long_as" in params:  # a noise control: its twin's kept weights' steps and lr, its last step kept
     cfg = as_long_as(cfg, read_json(sm.input.twin, f"{params['as_long_as']}'s meta.json"))
 train_stage(model, StageSpec.from_dict(params["task"]), cfg, Path(sm.output.model).parent, stage=params["stage"],
              device=device, parent=parent, bank=bank, start=start)

@@ -288,20 +288,26 @@ def test_the_paper_config_s_stall_window_ends_no_recorded_paper_size_escape():
     assert ended_at_3000 == [2]
 
 
-def test_a_noise_control_trains_the_steps_and_lr_of_the_attempt_its_twin_kept(tmp_path):
-    """attempts.as_long_as: from a twin that kept its second attempt (the first poisoned), the control trains that
-    attempt's steps at its lr (0.3 x), one attempt, no stop before its last step, whatever its validation does."""
+def test_a_noise_control_trains_as_long_as_its_twins_kept_weights_and_keeps_its_last_step(tmp_path):
+    """attempts.as_long_as: from a twin that kept its second attempt (the first poisoned), the control trains the
+    steps of the weights it kept at that attempt's lr (0.3 x), one attempt, no stop before its last step, and keeps
+    that step's weights whatever its validation does."""
     from vlbind.training.attempts import as_long_as
 
     model, calls = fresh(), []
     twin = train_unit(model, SPEC, CFG, tmp_path / "twin", stage="noise_text",
                       callback=poison_first_attempt(model, calls))
-    assert (twin["attempt"], twin["attempts"][1]["steps"]) == (2, 3)
+    assert (twin["attempt"], twin["attempts"][1]["steps"], twin["kept_step"]) == (2, 3, 3)
     control = as_long_as(replace(CFG, target_accuracy=0.0, patience=1), twin)
-    assert (control.max_steps, control.lr, control.attempts, control.target_accuracy) == (3, CFG.lr * 0.3, 1, None)
-    meta = train_unit(fresh(), SPEC, replace(control, max_steps=9), tmp_path / "long", stage="text_long")
+    assert (control.max_steps, control.lr, control.attempts, control.target_accuracy, control.keep) == (
+        3, CFG.lr * 0.3, 1, None, "last")
+    # the control of a twin that kept step 9, at an lr (0.3) at which it validates best at its first validation
+    longer = as_long_as(replace(CFG, target_accuracy=0.0, patience=1), {**twin, "kept_step": 9})
+    meta = train_unit(fresh(), SPEC, replace(longer, lr=0.3), tmp_path / "long", stage="text_long")
     assert meta["steps"] == 9 and meta["stopped_because"] == "max_steps"  # patience 1 would have stopped it at 6
-    plain = {k: v for k, v in twin.items() if k not in ("attempts", "attempt")}  # a twin without retries
-    assert as_long_as(CFG, {**plain, "steps": 7}).max_steps == 7
+    assert meta["best_step"] < 9 and meta["kept_step"] == 9  # the last step's weights, not the best validation's
+    # a twin that trained past the weights it kept (keep: best): the control trains to those weights' step only
+    plain = {k: v for k, v in twin.items() if k not in ("attempts", "attempt")}
+    assert as_long_as(CFG, {**plain, "steps": 7000, "kept_step": 4750}).max_steps == 4750
     with pytest.raises(ValueError, match="ramp"):
         as_long_as(CFG, {**plain, "stage": "text_s4", "ramp": [{"max_objects": 2}]})

@@ -39,9 +39,10 @@ CONTROLS = {"text_bind": "image_text", "noise_text_bind": "noise_image_text", "t
 CURRICULUM = {"curriculum_image": "image", "curriculum_mixed": "mixed", "curriculum_text": "image_text",
               "noise_curriculum_text": "noise_image_text"}
 # The noise control: its stage -> the stage it trains as long as. text_long is noise_text without the noise: its
-# parent's task (text_s5's), noise_text's train settings, and at run time the steps and lr of the attempt noise_text
-# kept, with no stop rule before them (attempts.as_long_as), so that noise_text > text_long differs in the noise
-# alone; noise_text > text_only mixes noise with more training. No section of its own (params.stage_section).
+# parent's task (text_s5's), noise_text's train settings, and at run time the steps of the weights noise_text kept, at
+# the lr of their attempt, with no stop rule before them and the last step's weights kept (attempts.as_long_as), so
+# that noise_text > text_long differs in the noise alone; noise_text > text_only mixes noise with more training. No
+# section of its own (params.stage_section).
 NOISE_CONTROL = {"text_long": "noise_text"}
 
 

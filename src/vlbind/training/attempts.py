@@ -97,17 +97,19 @@ def train_stage(model, spec: StageSpec, cfg: TrainConfig, out_dir: Path, *, stag
 
 
 def as_long_as(cfg: TrainConfig, twin: dict) -> TrainConfig:
-    """`cfg` for a stage that trains as long as its twin did (a noise control: stages.NOISE_CONTROL), from the twin's
-    meta.json: the steps and lr of the attempt it kept (a retry's lr x retry_lr_factor per retry before it), one
-    attempt, and no stop before those steps (no target, a plateau window longer than them); its weights kept as the
-    twin's were (`keep`)."""
+    """`cfg` for a stage that trains as long as its twin's kept weights did (a noise control: stages.NOISE_CONTROL),
+    from the twin's meta.json: the steps those weights trained from the parent (`kept_step`, in the attempt it kept)
+    at that attempt's lr (a retry's lr x retry_lr_factor per retry before it), one attempt, no stop before those steps
+    (no target, a plateau window longer than them), and the last step's weights kept. Kept by its own validation
+    (`keep: best`), the control would keep whichever step validated highest: on its parent's task, learnt from its
+    first step, that is any step, often an early one, and its weights would not have trained as long."""
     if twin.get("ramp"):
         raise ValueError(f"{twin['stage']} trained a length ramp: a stage cannot train as long as it")
     kept = twin.get("attempt", 1)
-    steps = twin["attempts"][kept - 1]["steps"] if "attempts" in twin else twin["steps"]
+    steps = twin["kept_step"]
     lr = twin["train_config"]["lr"] * twin["train_config"]["retry_lr_factor"] ** (kept - 1)
     return replace(cfg, max_steps=steps, lr=lr, attempts=1, attempt=1, target_accuracy=None,
-                   patience=steps // cfg.eval_every + 1)
+                   patience=steps // cfg.eval_every + 1, keep="last")
 
 
 def passed(meta: dict, bar: float | None) -> bool:
