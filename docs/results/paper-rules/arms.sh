@@ -7,9 +7,11 @@
 #                         config/experiments/paper_rules.yaml from text_s1 (its text_s1-text_s4 are mini's default:
 #                         the shared parents), target `all`, in $RUNS/paper-rules-SHA
 #   arms.sh start E SHA   arm E, + noise_every_prompt.yaml: noise_text's evaluation and analyses, from arm P's text_s5
+#   arms.sh start C SHA   arm C, text_long (the noise control) from arm P's text_s5 and noise_text, evaluated: for a tree
+#                         of arm P at a commit before 978dac7, whose text_long kept its best validation's weights
 #   arms.sh start K SHA   + eval_1000.yaml: text_only's evaluation on 1,000 prompts a length, arm P's text_s5 itself
 #   arms.sh start L SHA   + eval_1000.yaml + text_s5_lr.yaml: text_s5 at lr 3e-4 from arm P's text_s4, so evaluated
-#                         (E, K, L: a tree of their own reusing arm P's stages, $ARM_P, default the newest
+#                         (C, E, K, L: a tree of their own reusing arm P's stages, $ARM_P, default the newest
 #                         $RUNS/paper-rules-*; one Snakemake per seed, `--nolock`: their files are disjoint; each seed
 #                         starts once arm P's last reused stage of that seed has ended; SEEDS="1 2": those seeds only)
 #   arms.sh stop          SIGTERM to every arm's Snakemake group: each training job ends its step, saves, exits
@@ -41,7 +43,9 @@ arm() {  # ARM -> TREE (directory prefix), EXPORT (its export's name), CONFIGS, 
            REUSE="text_s1 text_s2 text_s3 text_s4 text_s5" TARGETS="results/eval/text_only/seed{s}.parquet" ;;
         L) TREE=text-s5-lr EXPORT=text_s5_lr CONFIGS="$X/paper_rules.yaml $X/eval_1000.yaml $X/text_s5_lr.yaml"
            REUSE="text_s1 text_s2 text_s3 text_s4" TARGETS="results/eval/text_only/seed{s}.parquet" ;;
-        *) echo "arms.sh: no arm '$1' (P, E, K, L)" >&2; exit 2 ;;
+        C) TREE=noise-control EXPORT=armC CONFIGS="$X/paper_rules.yaml"
+           REUSE="text_s1 text_s2 text_s3 text_s4 text_s5 noise_text" TARGETS="results/eval/text_long/seed{s}.parquet" ;;
+        *) echo "arms.sh: no arm '$1' (P, C, E, K, L)" >&2; exit 2 ;;
     esac
 }
 
@@ -147,7 +151,7 @@ stop_all() {
 
 snapshot() {
     local here=$REPO/docs/results/paper-rules py=$REPO/.venv/bin/python tag=${TAG:-zen5}
-    for a in P E K L; do
+    for a in P C E K L; do
         arm "$a"
         for dir in "$RUNS/$TREE"-*; do
             [[ -d $dir/results ]] || continue
@@ -163,5 +167,5 @@ case ${1:-} in
     start) start "${2:-}" "${3:?arms.sh start ARM SHA}" ;;
     stop) stop_all ;;
     snapshot) snapshot ;;
-    *) echo "usage: arms.sh start P|E|K|L SHA | stop | snapshot" >&2; exit 2 ;;
+    *) echo "usage: arms.sh start P|C|E|K|L SHA | stop | snapshot" >&2; exit 2 ;;
 esac
