@@ -5,8 +5,8 @@ images against text_only and noise_image_text against noise_text), beside the pa
 analysed run at its first spike and at the last layer (the DAG's circuits.csv where the run exported it; for a run in
 progress, circuit_label with config.yaml's rule over its exported interchange.csv and probes.csv, as the circuits rule
 does). Shuffled lists (the paper's order) unless --order says otherwise. An arm that trains one variant only (arm E:
-noise_text) is compared against the variants of the arm named by --base, as the cell says (E's noise_text - P's
-text_only); without --base, not at all. First, where the exports have training.csv,
+noise_text; arm C: text_long) is compared against the other variants of the arm named by --base, as the cell says
+(E's noise_text - P's text_only, P's noise_text - C's text_long); without --base, not at all. First, where the exports have training.csv,
 the parents (text_s1-text_s4) of each arm against the first arm's: steps, best step, best validation, attempts.
 
     python docs/results/paper-rules/compare.py complete=docs/results/mini P=docs/results/paper-rules/P \\
@@ -80,13 +80,17 @@ def main() -> None:
     for a, b in COMPARISONS:
         cells = []
         for name, t in tables.items():
-            source = name if (t.variant == b).any() else args.base
-            ta = t[t.variant == a].set_index("seed")["ood"]
-            tb = tables[source][tables[source].variant == b].set_index("seed")["ood"] if source else pd.Series(dtype=float)
+            # a variant this arm lacks from the base arm, if any; never both (that is the base arm's own cell)
+            src = {x: name if (t.variant == x).any() else args.base for x in (a, b)}
+            if src[a] != name and src[b] != name:
+                cells.append("—")
+                continue
+            ta, tb = (tables[src[x]][tables[src[x]].variant == x].set_index("seed")["ood"] if src[x]
+                      else pd.Series(dtype=float) for x in (a, b))
             d = (ta - tb).reindex(seeds)
             n = int(d.notna().sum())
-            against = f", b: {source}'s" if n and source != name else ""
-            cells.append(f"{per_seed([pct(x) for x in d])} ({int((d > 0).sum())} of {n}{against})" if n else "—")
+            whose = "".join(f", {k}: {src[x]}'s" for k, x in (("a", a), ("b", b)) if n and src[x] != name)
+            cells.append(f"{per_seed([pct(x) for x in d])} ({int((d > 0).sum())} of {n}{whose})" if n else "—")
         paper = pct(PAPER_OOD[a][0] - PAPER_OOD[b][0]) if a in PAPER_OOD and b in PAPER_OOD else "—"
         print(f"| {a} - {b} | " + " | ".join(cells) + f" | {paper} |")
     print_labels(arms)
