@@ -15,6 +15,7 @@
 #                         $RUNS/paper-rules-*; one Snakemake per seed, `--nolock`: their files are disjoint; each seed
 #                         starts once arm P's last reused stage of that seed has ended; SEEDS="1 2": those seeds only)
 #   arms.sh stop          SIGTERM to every arm's Snakemake group: each training job ends its step, saves, exits
+#   arms.sh status        each tree's running Snakemakes (their CPU share's nice) and the units still training
 #   arms.sh snapshot      each tree's export (docs/results/mini/export.py: finished stages, job times, read-out tables)
 #                         into docs/results/paper-rules/NAME-TAG/ and its validations so far (progress.py) into
 #                         NAME-TAG-progress.csv; prints each unit's attempts so far. TAG names the CPU kind the trees
@@ -85,9 +86,14 @@ launch() {  # DIR LOGNAME SNAKEMAKE-ARGS...: Snakemake in its own session, niced
     echo "stretch: $name started $(date -u +%FT%TZ) on $(cpu_kind)$share" >> "$dir/stretches.txt"
 }
 
+snakemakes() {  # the pids of arms' Snakemakes (an interpreter running .../snakemake --rerun-incomplete), not of a
+    # watcher, whose script holds those words too
+    pgrep -f '^[^ ]+ [^ ]*snakemake --rerun-incomplete' || true
+}
+
 running() {  # DIR [WORD]: an arm's Snakemake runs in DIR (with WORD in its arguments: a seed's targets)
     local pid here; here=$(cd "$1" && pwd -P)
-    for pid in $(pgrep -f "snakemake --rerun-incomplete" || true); do
+    for pid in $(snakemakes); do
         [[ $(readlink "/proc/$pid/cwd") == "$here" ]] || continue
         [[ -z ${2:-} ]] || tr '\0' ' ' < "/proc/$pid/cmdline" | grep -q -- "$2" || continue
         return 0
@@ -117,7 +123,7 @@ start() {  # ARM SHA; a tree (or a seed of a reusing arm) already running is lef
     # the watcher: a seed starts once arm P's last reused stage of that seed has written its meta.json (the last of
     # its three files)
     (cd "$dir" && exec setsid bash -c 'echo $$ > watch.pid
-        '"$(declare -f cpu_kind launch running)"'
+        '"$(declare -f cpu_kind launch running snakemakes)"'
         declare -A started
         while :; do
             left=0
@@ -140,12 +146,27 @@ start() {  # ARM SHA; a tree (or a seed of a reusing arm) already running is lef
 stop_all() {
     # a watcher is a session of its own (setsid): its group is its pid
     for w in "$RUNS"/*/watch.pid; do [[ -f $w ]] && kill -- "-$(cat "$w")" 2>/dev/null || true; done
-    for pid in $(pgrep -f "snakemake --rerun-incomplete" || true); do
+    for pid in $(snakemakes); do
         local pg; pg=$(ps -o pgid= -p "$pid" | xargs) || continue
         local dir; dir=$(readlink "/proc/$pid/cwd") || continue
         [[ $dir == "$RUNS"/* ]] || continue  # another RUNS' arm, or a Snakemake that is not an arm
         kill -TERM -- "-$pg" 2>/dev/null || true
         echo "stretch: ended $(date -u +%FT%TZ) (arms.sh stop, SIGTERM to group $pg)" >> "$dir/stretches.txt"
+    done
+}
+
+status() {  # each tree's running Snakemakes (session, its autogroup's nice) and its units still training
+    local dir pid
+    for dir in "$RUNS"/*/; do
+        dir=${dir%/}
+        [[ -d $dir/results ]] || continue
+        echo "== $dir"
+        for pid in $(snakemakes); do
+            [[ $(readlink "/proc/$pid/cwd") == "$(cd "$dir" && pwd -P)" ]] || continue
+            echo "running: Snakemake $pid, $(cat "/proc/$pid/autogroup" 2>/dev/null || echo "no autogroup")"
+        done
+        "$REPO/.venv/bin/python" "$REPO/docs/results/paper-rules/progress.py" "$dir/results" /dev/null 2>&1 \
+            | grep -v "(finished)" || true
     done
 }
 
@@ -166,6 +187,7 @@ snapshot() {
 case ${1:-} in
     start) start "${2:-}" "${3:?arms.sh start ARM SHA}" ;;
     stop) stop_all ;;
+    status) status ;;
     snapshot) snapshot ;;
-    *) echo "usage: arms.sh start P|C|E|K|L SHA | stop | snapshot" >&2; exit 2 ;;
+    *) echo "usage: arms.sh start P|C|E|K|L SHA | stop | status | snapshot" >&2; exit 2 ;;
 esac
