@@ -16,7 +16,7 @@ import pandas as pd
 
 LINE = re.compile(r"^(?P<time>\S+ \S+),\d+ INFO vlbind\.(?:train|training\.loop): (?P<stage>\w+) "
                   r"step (?P<step>\d+)/(?P<cap>\d+) objects (?P<objects>\S+) loss \S+ val_acc (?P<val>[\d.]+) "
-                  r"best (?P<best>[\d.]+)@(?P<best_step>\d+)")
+                  r"(?:\([^)]*\) )?best (?P<best>[\d.]+)@(?P<best_step>\d+)")
 RETRY = re.compile(r"INFO vlbind\.(?:training\.)?attempts: (?P<stage>\w+): attempt (?P<attempt>\d+) of \d+ ")
 
 
