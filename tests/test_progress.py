@@ -40,7 +40,7 @@ def test_text_and_image_validations_are_read_with_their_attempts(tmp_path):
         d.mkdir(parents=True)
     loop, attempts = "vlbind.training.loop", "vlbind.training.attempts"
     log_lines(text / "train.log", [
-        (loop, "noise_text step 250/40000 objects 2..8 loss 0.61 val_acc 0.8242 best 0.8242@250 skipped 0 | 6.5 steps/s"),
+        (loop, "noise_text step 250/40000 objects 2..8 loss 0.61 val_acc 0.8242 best 0.8242@250 skipped 0 | 6 steps/s"),
         (attempts, "noise_text: attempt 2 of 3 (the stall rule ended attempt 1)"),
         (loop, "noise_text step 250/40000 objects 2..8 loss 0.60 val_acc 0.5000 best 0.5000@250 skipped 0 | 6 steps/s"),
         (loop, "noise_text step 250/40000 objects 2..8 loss 0.60 val_acc 0.5100 best 0.5100@250 skipped 0 | resumed")])
