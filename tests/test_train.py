@@ -121,16 +121,25 @@ def test_sigterm_saves_the_step_it_ends_and_the_resumed_run_repeats_none_to_the_
     pd.testing.assert_frame_equal(a.drop(columns="steps_per_s"), b.drop(columns="steps_per_s"))
 
 
-def test_sigterm_in_the_step_that_ends_an_attempt_writes_its_files_then_stops(tmp_path, reference):
+def test_sigterm_in_the_step_that_ends_an_attempt_keeps_its_state_and_the_rerun_writes_its_files(tmp_path, reference):
+    """A stop in an attempt's last step: the job exits 143 before its files (Snakemake deletes a failed job's outputs:
+    files written then were lost, and the rerun trained from step 0), its state saved marked ended; the rerun trains
+    no step and writes the uninterrupted run's weights and curve."""
     import signal
 
     ref_dir, ref = reference
     with pytest.raises(SystemExit) as stop:
         train_attempt(fresh(), SPEC, CFG, tmp_path, stage="text_s1", callback=sigterm_at(CFG.max_steps))
-    assert stop.value.code == 128 + signal.SIGTERM and not (tmp_path / RESUME_FILE).exists()
+    assert stop.value.code == 128 + signal.SIGTERM and not (tmp_path / "model.safetensors").exists()
+    steps = []
+    meta = train_attempt(fresh(), SPEC, CFG, tmp_path, stage="text_s1", callback=steps.append)
+    assert steps == [] and meta["resumed"] and meta["steps"] == CFG.max_steps
+    assert not (tmp_path / RESUME_FILE).exists()
     done, _ = load_model(tmp_path)
     for k, v in ref.state_dict().items():
         assert torch.equal(done.state_dict()[k], v), k
+    a, b = (pd.read_parquet(d / "metrics.parquet") for d in (ref_dir, tmp_path))
+    pd.testing.assert_frame_equal(a.drop(columns="steps_per_s"), b.drop(columns="steps_per_s"))
 
 
 @pytest.mark.parametrize("cfg", [CFG, DENSE_CFG], ids=["plain", "dense"])

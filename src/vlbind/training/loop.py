@@ -14,7 +14,9 @@ stopping) or of the last step (`keep: "last"`: a fixed budget, for a task the st
 state (weights, optimizer, data RNG, curve) is saved atomically every `checkpoint_every` steps (training.resume): a
 killed run resumes to the weights of an uninterrupted one; a state made with other settings is discarded (a raised
 `max_steps` is not one). Stopped by SIGTERM (training.resume.StopSignal), an attempt ends its step, saves its state,
-the losses since its last validation included, and exits (status 143): resumed, it repeats no step.
+the losses since its last validation included, and exits (status 143): resumed, it repeats no step. A stop in the
+step that ends the attempt saves the state marked ended and exits before the stage's files (a scheduler deletes a
+stopped job's outputs): the rerun writes them from it without a step.
 
 Dense supervision (`queries: "all"`, not in the paper): each training prompt queries every object of its context in
 one packed sequence (tasks.pack_queries); validation stays single-query.
@@ -161,10 +163,10 @@ def train_attempt(model: Transformer, spec: StageSpec, cfg: TrainConfig, out_dir
     val = Validation.of(validation_set(spec, cfg, bank=val_bank), spec.for_validation().judged)
     val_chance = val.chance(val.judged)
     net = compiled(model, device) if cfg.compile else model  # validation stays eager: its shapes differ
-    t0, t_last, step_last, reason = time.time(), time.time(), progress.step, "max_steps"
+    t0, t_last, step_last, reason = time.time(), time.time(), progress.step, progress.ended or "max_steps"
     losses, skips = progress.pending(device)  # since the last validation: none, unless a stop saved them
     with StopSignal() as stop_signal:
-        while progress.step < cfg.max_steps:
+        while progress.step < cfg.max_steps and progress.ended is None:
             batch = generate(start_spec if progress.step < start_steps else spec, cfg.batch_size, rng, bank=bank)
             batch = pack_queries(batch) if cfg.queries == "all" else batch
             progress.step += 1
@@ -194,6 +196,15 @@ def train_attempt(model: Transformer, spec: StageSpec, cfg: TrainConfig, out_dir
             if stopped:
                 log.info("%s: stopped by SIGTERM after step %d; its state is saved, to resume from", stage, step)
                 raise SystemExit(128 + signal.SIGTERM)
+        if stop_signal.received and progress.ended is None:  # in the step that ended the attempt: its state is
+            # kept, marked ended, and the job stops before its files: a scheduler deletes a stopped job's outputs, so
+            # files written now would be lost with the steps; the rerun writes them from this state without a step
+            progress.ended = reason
+            save_resume(out_dir / RESUME_FILE, key, model, opt, progress.saved(rng, time.time() - t0, losses, skips),
+                        progress.best_state)
+            log.info("%s: stopped by SIGTERM as the attempt ended (%s); its state is saved, to write its files from",
+                     stage, reason)
+            raise SystemExit(128 + signal.SIGTERM)
     if not progress.history:  # max_steps 0: the starting weights pass through; record what they score
         progress.pass_through(*val.read(correct(model, val.batches, device, cfg.precision, val_bank)))
         log.info("%s: max_steps 0, weights passed through unchanged; val_acc %.4f", stage, progress.best_acc)
@@ -203,11 +214,7 @@ def train_attempt(model: Transformer, spec: StageSpec, cfg: TrainConfig, out_dir
     how = {"stopped_because": reason, "val_chance": val_chance, "skipped_steps": progress.skipped,
            "resumed": progress.resumed, "wall_seconds": progress.wall_before + time.time() - t0,
            "vlbind_version": __version__}
-    meta = _finish(model, progress, cfg, what, how | (record or {}), out_dir, val)
-    if stop_signal.received:  # in the step that ended the attempt: its files are written, the job stops here
-        log.info("%s: stopped by SIGTERM as the attempt ended", stage)
-        raise SystemExit(128 + signal.SIGTERM)
-    return meta
+    return _finish(model, progress, cfg, what, how | (record or {}), out_dir, val)
 
 
 def _step(net, model: Transformer, opt, batch: Batch, cfg: TrainConfig, step: int, device, bank):
@@ -254,6 +261,7 @@ class _Progress:
     chance_step: int = -1  # validation (or the first), then at each above chance + stall_margin; -1: not yet open
     pending_losses: list = field(default_factory=list)  # a state saved at a stop: the training losses and skipped
     pending_skips: list = field(default_factory=list)  # steps since the last validation, which its row will average
+    ended: str | None = None  # a state saved as its attempt ended (a stop in its last step): why it ended
 
     @classmethod
     def resume_or_start(cls, path: Path, key: str, model, opt, rng: np.random.Generator, stage: str,
@@ -272,7 +280,8 @@ class _Progress:
                    wall_before=saved.get("wall_seconds", 0.0), resumed=True, gain_acc=saved.get("gain_acc", -1.0),
                    gain_step=saved.get("gain_step", 0), start_steps=start_steps,
                    chance_step=saved.get("chance_step", -1),  # a state saved before that clause: opens now
-                   pending_losses=saved.get("pending_losses", []), pending_skips=saved.get("pending_skips", []))
+                   pending_losses=saved.get("pending_losses", []), pending_skips=saved.get("pending_skips", []),
+                   ended=saved.get("ended"))
 
     def pending(self, device) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
         """The training losses and skipped flags of the steps since the last validation that a stop saved (none at a
@@ -342,7 +351,8 @@ class _Progress:
         return {"step": self.step, "best_acc": self.best_acc, "best_step": self.best_step, "history": self.history,
                 "rng_state": rng.bit_generator.state, "wall_seconds": self.wall_before + seconds,
                 "gain_acc": self.gain_acc, "gain_step": self.gain_step, "chance_step": self.chance_step,
-                "pending_losses": [float(x) for x in losses], "pending_skips": [float(x) for x in skips]}
+                "pending_losses": [float(x) for x in losses], "pending_skips": [float(x) for x in skips],
+                "ended": self.ended}
 
 
 def _finish(model: Transformer, progress: _Progress, cfg: TrainConfig, what: dict, how: dict, out_dir: Path,
