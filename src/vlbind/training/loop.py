@@ -163,7 +163,7 @@ def train_attempt(model: Transformer, spec: StageSpec, cfg: TrainConfig, out_dir
     val = Validation.of(validation_set(spec, cfg, bank=val_bank), spec.for_validation().judged)
     val_chance = val.chance(val.judged)
     net = compiled(model, device) if cfg.compile else model  # validation stays eager: its shapes differ
-    t0, t_last, step_last, reason = time.time(), time.time(), progress.step, progress.ended or "max_steps"
+    t0, t_last, step_last = time.time(), time.time(), progress.step
     losses, skips = progress.pending(device)  # since the last validation: none, unless a stop saved them
     with StopSignal() as stop_signal:
         while progress.step < cfg.max_steps and progress.ended is None:
@@ -187,24 +187,20 @@ def train_attempt(model: Transformer, spec: StageSpec, cfg: TrainConfig, out_dir
                 losses, skips = [], []
                 _log_validation(stage, spec, cfg, progress, rate, batch, val.judged)
                 if stop is not None:
-                    reason = stop
-                    break
-            stopped = stop_signal.received and step < cfg.max_steps  # at the last step the attempt ends anyway
-            if (validates and step % ckpt_every == 0) or stopped:
+                    progress.ended = stop
+            if step == cfg.max_steps and progress.ended is None:
+                progress.ended = "max_steps"
+            # a stop saves the state even in the step that ends the attempt (marked ended) and exits before the
+            # stage's files: a scheduler deletes a stopped job's outputs, so files written then would be lost with
+            # the steps; the rerun writes them from this state without a step
+            if (validates and step % ckpt_every == 0 and progress.ended is None) or stop_signal.received:
                 save_resume(out_dir / RESUME_FILE, key, model, opt,
                             progress.saved(rng, time.time() - t0, losses, skips), progress.best_state)
-            if stopped:
-                log.info("%s: stopped by SIGTERM after step %d; its state is saved, to resume from", stage, step)
+            if stop_signal.received:
+                log.info("%s: stopped by SIGTERM after step %d%s; its state is saved, to resume from", stage, step,
+                         f" (the attempt ended: {progress.ended})" if progress.ended else "")
                 raise SystemExit(128 + signal.SIGTERM)
-        if stop_signal.received and progress.ended is None:  # in the step that ended the attempt: its state is
-            # kept, marked ended, and the job stops before its files: a scheduler deletes a stopped job's outputs, so
-            # files written now would be lost with the steps; the rerun writes them from this state without a step
-            progress.ended = reason
-            save_resume(out_dir / RESUME_FILE, key, model, opt, progress.saved(rng, time.time() - t0, losses, skips),
-                        progress.best_state)
-            log.info("%s: stopped by SIGTERM as the attempt ended (%s); its state is saved, to write its files from",
-                     stage, reason)
-            raise SystemExit(128 + signal.SIGTERM)
+    reason = progress.ended or "max_steps"  # max_steps 0: no step, the cap
     if not progress.history:  # max_steps 0: the starting weights pass through; record what they score
         progress.pass_through(*val.read(correct(model, val.batches, device, cfg.precision, val_bank)))
         log.info("%s: max_steps 0, weights passed through unchanged; val_acc %.4f", stage, progress.best_acc)
@@ -261,7 +257,7 @@ class _Progress:
     chance_step: int = -1  # validation (or the first), then at each above chance + stall_margin; -1: not yet open
     pending_losses: list = field(default_factory=list)  # a state saved at a stop: the training losses and skipped
     pending_skips: list = field(default_factory=list)  # steps since the last validation, which its row will average
-    ended: str | None = None  # a state saved as its attempt ended (a stop in its last step): why it ended
+    ended: str | None = None  # why the attempt ended, once it has (a state saved by a stop in its last step has it)
 
     @classmethod
     def resume_or_start(cls, path: Path, key: str, model, opt, rng: np.random.Generator, stage: str,
