@@ -91,10 +91,16 @@ snakemakes() {  # the pids of arms' Snakemakes (an interpreter running .../snake
     pgrep -f '^[^ ]+ [^ ]*snakemake --rerun-incomplete' || true
 }
 
-running() {  # DIR [WORD]: an arm's Snakemake runs in DIR (with WORD in its arguments: a seed's targets)
+in_tree() {  # DIR -> the pids of the arms' Snakemakes running in DIR
     local pid here; here=$(cd "$1" && pwd -P)
     for pid in $(snakemakes); do
-        [[ $(readlink "/proc/$pid/cwd") == "$here" ]] || continue
+        if [[ $(readlink "/proc/$pid/cwd") == "$here" ]]; then echo "$pid"; fi
+    done
+}
+
+running() {  # DIR [WORD]: an arm's Snakemake runs in DIR (with WORD in its arguments: a seed's targets)
+    local pid
+    for pid in $(in_tree "$1"); do
         [[ -z ${2:-} ]] || tr '\0' ' ' < "/proc/$pid/cmdline" | grep -q -- "$2" || continue
         return 0
     done
@@ -123,7 +129,7 @@ start() {  # ARM SHA; a tree (or a seed of a reusing arm) already running is lef
     # the watcher: a seed starts once arm P's last reused stage of that seed has written its meta.json (the last of
     # its three files)
     (cd "$dir" && exec setsid bash -c 'echo $$ > watch.pid
-        '"$(declare -f cpu_kind launch running snakemakes)"'
+        '"$(declare -f cpu_kind launch running in_tree snakemakes)"'
         declare -A started
         while :; do
             left=0
@@ -161,8 +167,7 @@ status() {  # each tree's running Snakemakes (session, its autogroup's nice) and
         dir=${dir%/}
         [[ -d $dir/results ]] || continue
         echo "== $dir"
-        for pid in $(snakemakes); do
-            [[ $(readlink "/proc/$pid/cwd") == "$(cd "$dir" && pwd -P)" ]] || continue
+        for pid in $(in_tree "$dir"); do
             echo "running: Snakemake $pid, $(cat "/proc/$pid/autogroup" 2>/dev/null || echo "no autogroup")"
         done
         "$REPO/.venv/bin/python" "$REPO/docs/results/paper-rules/progress.py" "$dir/results" /dev/null 2>&1 \
