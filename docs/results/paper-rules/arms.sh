@@ -18,7 +18,8 @@
 #   arms.sh status        each tree's running Snakemakes (their CPU share's nice) and the units still training
 #   arms.sh snapshot      each tree's export (docs/results/mini/export.py: finished stages, job times, read-out tables)
 #                         into docs/results/paper-rules/NAME-TAG/ and its validations so far (progress.py) into
-#                         NAME-TAG-progress.csv; prints each unit's attempts so far. TAG names the CPU kind the trees
+#                         NAME-TAG-progress.csv, and every arm's tables (compare.py, page_tables.py) into tables-TAG.md;
+#                         prints each unit's attempts so far. TAG names the CPU kind the trees
 #                         ran on (default zen5: this stretch's machine), so that another kind's exports stand beside these
 #
 # CORES (arm P's jobs at once, default 2): 3 lets the seeds train side by side on 2 cores (one thread each), the same
@@ -186,6 +187,23 @@ snapshot() {
             "$py" "$here/progress.py" "$dir/results" "$here/$EXPORT-$tag-progress.csv" || true  # none yet
             cp "$dir/stretches.txt" "$here/$EXPORT-$tag/stretches.txt"
         done
+    done
+    tables "$here" "$tag" > "$here/tables-$tag.md.part" && mv "$here/tables-$tag.md.part" "$here/tables-$tag.md"
+}
+
+tables() {  # HERE TAG -> Markdown: compare.py's per-seed tables of every arm's export, then each export's training,
+    # capped and wall tables (page_tables.py): the numbers the page quotes, with the commands that printed them
+    local here=$1 tag=$2 py=$REPO/.venv/bin/python rel=docs/results/paper-rules a names=()
+    for a in P C E K L; do arm "$a"; [[ -d $here/$EXPORT-$tag ]] && names+=("$a=$rel/$EXPORT-$tag"); done
+    echo "# The $tag exports' tables ($(date -u +%FT%TZ), \`arms.sh snapshot\` at $(git -C "$REPO" rev-parse --short HEAD))"
+    echo
+    echo "\`python $rel/compare.py complete=docs/results/mini ${names[*]} --base P\`"
+    echo
+    (cd "$REPO" && "$py" "$rel/compare.py" complete=docs/results/mini "${names[@]}" --base P)
+    for a in "${names[@]}"; do
+        echo
+        echo "## ${a%%=*}: \`python docs/results/mini/page_tables.py --dir ${a#*=} training capped wall\`"
+        (cd "$REPO" && "$py" docs/results/mini/page_tables.py --dir "${a#*=}" training capped wall)
     done
 }
 
