@@ -18,7 +18,8 @@ nothing.
    (a job needs the job that writes one of its inputs). A training job's time: its steps in --training (a run's
    training.csv: every attempt, every ramp length; the easy start first) x each phase's idle time per step, plus the
    fixed cost. Every other job's time is the run's own (--jobs, a run's job_wall_times.csv): measured with other
-   jobs beside it, so above its idle time. A training job that --training lacks (a run in progress) is left out, or
+   jobs beside it, so above its idle time; a job that run lacked (a variant it did not have) takes the median of its
+   rule's jobs there, and the output names it. A training job that --training lacks (a run in progress) is left out, or
    with `--missing cap` trains to its cap (`max_steps`, every ramp length's steps in the last one): the run's most.
 3. A list schedule on --cores one-thread slots (every model job takes one thread at mini: resources.threads),
    ready jobs taken in Snakemake's priority order (the rules' `priority:`), ties by the longest path to the end;
@@ -191,13 +192,18 @@ def training_seconds(config: dict, job: dict, training: pd.DataFrame, times: pd.
     return start_s + mine["validation_set_s"].sum() + sum(n * mine.loc[p, "s_per_step"] for p, n in steps.items())
 
 
-def other_seconds(job: dict, others: pd.Series) -> float:
-    """A job's seconds in the run's job_wall_times.csv; a job that the run made as several (one per output, e.g. the
-    analyses before they became one job per model) the sum of theirs."""
-    if job["job"] in others.index:
-        return float(others[job["job"]])
+def other_seconds(job: dict, others: pd.DataFrame) -> tuple[float, str]:
+    """A job's seconds in the run's job_wall_times.csv and where they come from: its own; the sum of those a job was
+    made as several of in that run (one per output, e.g. the analyses before they became one job per model); or, for
+    a job that run did not have (a variant it lacked), the median of its rule's jobs there ("" when it has none)."""
+    seconds = others.set_index("job")["seconds"]
+    if job["job"] in seconds.index:
+        return float(seconds[job["job"]]), "own"
     names = [Path(o).with_suffix("").as_posix().removeprefix("results/") for o in job["outputs"]]
-    return float(others.reindex(names).fillna(0.0).sum())
+    if seconds.index.isin(names).any():
+        return float(seconds.reindex(names).fillna(0.0).sum()), "own"
+    same = others.loc[others["rule"] == job["rule"], "seconds"]
+    return (float(same.median()), "rule") if len(same) else (0.0, "")
 
 
 # --- 3. the schedule ----------------------------------------------------------------------------------------------
@@ -263,10 +269,12 @@ def main() -> None:
         times.to_csv(args.times, index=False)
     start_s = float(times["job_start_s"].iloc[0])
     training = pd.read_csv(args.training)
-    others = pd.read_csv(args.jobs).set_index("job")["seconds"]
-    jobs["seconds"] = [training_seconds(config, j, training, times, start_s, args.missing) if j["rule"] in TRAIN_RULES
-                       else other_seconds(j, others) for _, j in jobs.iterrows()]
-    unknown = jobs[jobs["seconds"] == 0.0]["job"].tolist()
+    others = pd.read_csv(args.jobs)
+    timed = [(training_seconds(config, j, training, times, start_s, args.missing), "own") if j["rule"] in TRAIN_RULES
+             else other_seconds(j, others) for _, j in jobs.iterrows()]
+    jobs["seconds"], jobs["timed_as"] = [t for t, _ in timed], [a for _, a in timed]
+    unknown = jobs[jobs["timed_as"] == ""]["job"].tolist()
+    by_rule = jobs[jobs["timed_as"] == "rule"]["job"].tolist()
     gone = jobs[jobs["seconds"].isna()]
     jobs = jobs.dropna(subset=["seconds"]).reset_index(drop=True)
     makespan, critical, path = schedule(jobs, args.cores)
@@ -281,6 +289,8 @@ def main() -> None:
     print(f"\nwork {work / 60:.1f} min; on {args.cores} cores: list schedule {makespan / 60:.1f} min, bounds: critical "
           f"path {critical / 60:.1f} min, work / cores {work / args.cores / 60:.1f} min")
     print("critical path: " + " -> ".join(path))
+    if by_rule:
+        print(f"not in {args.jobs}, timed as the median of its rule's jobs there: {', '.join(by_rule)}")
     if unknown:
         print(f"no time in {args.jobs} (counted 0): {', '.join(unknown)}")
 
