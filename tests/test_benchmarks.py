@@ -24,13 +24,16 @@ def test_run_cost_times_a_job_the_run_lacked_as_its_rules_median():
     """bench_run_cost's other jobs: their own seconds, the sum of the jobs a job was made as, else the median of its
     rule's jobs in that run (arm P evaluates text_long, the complete run did not), else none (counted 0)."""
     cost = runpy.run_path(str(Path(__file__).resolve().parents[1] / "benchmarks" / "bench_run_cost.py"))
-    others = pd.DataFrame({"job": ["evaluate/a/seed0", "evaluate/b/seed0", "evaluate/c/seed0", "interp/x/p", "interp/x/q"],
+    jobs = ["evaluate/a/seed0", "evaluate/b/seed0", "evaluate/c/seed0", "interp/x/p", "interp/x/q"]
+    others = pd.DataFrame({"job": jobs,
                            "rule": ["evaluate", "evaluate", "evaluate", "interp", "interp"],
                            "seconds": [10.0, 40.0, 13.0, 2.0, 3.0]})
     job = {"job": "evaluate/b/seed0", "rule": "evaluate", "outputs": []}
     assert cost["other_seconds"](job, others) == (40.0, "own")
-    several = {"job": "analyze/x", "rule": "analyze", "outputs": ["results/interp/x/p.parquet", "results/interp/x/q.csv"]}
+    several = {"job": "analyze/x", "rule": "analyze",
+               "outputs": ["results/interp/x/p.parquet", "results/interp/x/q.csv"]}
     assert cost["other_seconds"](several, others) == (5.0, "own")
-    lacked = {"job": "evaluate/text_long/seed0", "rule": "evaluate", "outputs": ["results/eval/text_long/seed0.parquet"]}
+    lacked = {"job": "evaluate/text_long/seed0", "rule": "evaluate",
+              "outputs": ["results/eval/text_long/seed0.parquet"]}
     assert cost["other_seconds"](lacked, others) == (13.0, "rule")  # the median of 10, 40, 13
     assert cost["other_seconds"]({"job": "all", "rule": "all", "outputs": []}, others) == (0.0, "")
