@@ -6,8 +6,9 @@ analysed run at its first spike and at the last layer (the DAG's circuits.csv wh
 progress, circuit_label with config.yaml's rule over its exported interchange.csv and probes.csv, as the circuits rule
 does). Shuffled lists (the paper's order) unless --order says otherwise. An arm that trains one variant only (arm E:
 noise_text; arm C: text_long) is compared against the other variants of the arm named by --base, as the cell says
-(E's noise_text - P's text_only, P's noise_text - C's text_long); without --base, not at all. First, where the exports have training.csv,
-the parents (text_s1-text_s4) of each arm against the first arm's: steps, best step, best validation, attempts.
+(E's noise_text - P's text_only, P's noise_text - C's text_long); without --base, not at all. First, where the
+exports have training.csv, the parents (text_s1-text_s4) of each arm against the first arm's: steps, best step, best
+validation, attempts.
 
     python docs/results/paper-rules/compare.py complete=docs/results/mini P=docs/results/paper-rules/P \\
         E=docs/results/paper-rules/E
