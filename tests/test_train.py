@@ -312,6 +312,28 @@ def test_the_plateau_rule_waits_out_the_chance_phase_when_asked(tmp_path, wait):
         assert (meta["stopped_because"], meta["steps"]) == ("plateau", 2 * cfg.eval_every)
 
 
+def test_a_certain_plateau_stops_at_once_with_the_weights_the_rule_would_keep(tmp_path, monkeypatch):
+    """min_delta 0.9: once the best validation passes 0.1, no validation can gain 0.9 over it. The stage stops there,
+    with the weights and best step of the same run made to wait out its patience (the check switched off); under
+    `keep: last` (the last step's weights) and while the stall rule can still fire, it waits as before."""
+    cfg = replace(CFG, min_delta=0.9, patience=2, max_steps=30, attempts=1)
+    fast, slow = fresh(), fresh()
+    meta = train_attempt(fast, SPEC, cfg, tmp_path / "fast", stage="text_s1")
+    with monkeypatch.context() as m:
+        m.setattr("vlbind.training.loop.gain_impossible", lambda best, min_delta: False)
+        waited = train_attempt(slow, SPEC, cfg, tmp_path / "slow", stage="text_s1")
+    assert meta["best_val_accuracy"] > 0.1 and meta["stopped_because"] == waited["stopped_because"] == "plateau"
+    assert meta["steps"] == meta["best_step"] < waited["steps"] == meta["best_step"] + cfg.patience * cfg.eval_every
+    assert (meta["best_step"], meta["best_val_accuracy"]) == (waited["best_step"], waited["best_val_accuracy"])
+    for k, v in slow.state_dict().items():
+        assert torch.equal(fast.state_dict()[k], v), k
+    last = train_attempt(fresh(), SPEC, replace(cfg, keep="last"), tmp_path / "last", stage="text_s1")
+    assert last["steps"] == waited["steps"]
+    armed = replace(cfg, stall_steps=1000, pass_accuracy=1.0, attempts=2)  # below its bar: a retry may still come
+    assert meta["best_val_accuracy"] < armed.pass_bar
+    assert train_attempt(fresh(), SPEC, armed, tmp_path / "armed", stage="text_s1")["steps"] == waited["steps"]
+
+
 def test_a_stage_given_its_parents_optimizer_continues_its_state(tmp_path):
     """Two stages with the parent's optimizer carried over train the weights that one run of both stages' steps
     with one optimizer trains (same batches: one task, one stream per stage name)."""

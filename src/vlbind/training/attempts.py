@@ -46,7 +46,7 @@ from vlbind.core.settings import NON_FINITE
 from vlbind.data.spec import StageSpec
 from vlbind.model.checkpoint import META_FILE, METRICS_FILE, MODEL_FILE, load_tensors, save_model
 from vlbind.training.config import TrainConfig, attempt_count
-from vlbind.training.loop import STALLED, train_attempt
+from vlbind.training.loop import STALLED, gain_impossible, train_attempt
 from vlbind.training.resume import settings_key
 
 log = logging.getLogger(__name__)
@@ -207,12 +207,14 @@ def plateau_end(steps: np.ndarray, acc: np.ndarray, patience: int, every: int, m
                 chance: float = 0.0, above_chance: float = 0.0) -> tuple[int, int] | None:
     """(the step at which the plateau rule, train._Progress.validate's, ends a curve whose validations are `acc` at
     `steps` every `every` steps, the step of the best validation it keeps), or None where the curve ends first: no
-    gain of `min_delta` over the best for `patience` validations, once the best lies `above_chance` over `chance`."""
+    gain of `min_delta` over the best for `patience` validations, once the best lies `above_chance` over `chance`;
+    at once where no validation can make that gain (loop.gain_impossible; the stall rule is not replayed here)."""
     best, best_step = -1.0, 0
     for s, a in zip(steps, acc):
         if a >= best + min_delta or best < 0:
             best, best_step = a, s
-        if s - best_step >= patience * every and (not above_chance or best >= chance + above_chance):
+        waited = s - best_step >= patience * every or gain_impossible(best, min_delta)
+        if waited and (not above_chance or best >= chance + above_chance):
             return int(s), int(best_step)
     return None
 

@@ -7,16 +7,19 @@ image and text contexts), it records the accuracy of each kind, with its chance 
 the retrieval prompts' accuracy (`val_accuracy`; the mixed one is `val_accuracy_all`): a model that answers grounding
 and guesses retrieval has learnt nothing of the task the DAG evaluates. A stage of one kind has one accuracy.
 
-An attempt stops at the first of: validation reaching `target_accuracy`, a plateau (no gain of `min_delta` over the
-best for `patience` validations), the stall rule (training.attempts) or `max_steps`; `max_steps` 0 passes the starting
-weights through, validated once. It keeps the weights of the best validation (`keep: "best"`, the paper's early
-stopping) or of the last step (`keep: "last"`: a fixed budget, for a task the starting model already solves). Its
-state (weights, optimizer, data RNG, curve) is saved atomically every `checkpoint_every` steps (training.resume): a
-killed run resumes to the weights of an uninterrupted one; a state made with other settings is discarded (a raised
-`max_steps` is not one). Stopped by SIGTERM (training.resume.StopSignal), an attempt ends its step, saves its state,
-the losses since its last validation included, and exits (status 143): resumed, it repeats no step. A stop in the
-step that ends the attempt saves the state marked ended and exits before the stage's files (a scheduler deletes a
-stopped job's outputs): the rerun writes them from it without a step.
+An attempt stops at the first of: validation reaching `target_accuracy`, a plateau (no gain of `min_delta` over the best
+for `patience` validations), the stall rule (training.attempts) or `max_steps`; `max_steps` 0 passes the starting
+weights through, validated once. A plateau that is certain stops at once: where no validation can gain `min_delta` over
+the best (best + min_delta > 1, e.g. a validation of 1.000), the rule would end the attempt `patience` validations later
+with the same kept weights, and those steps are not trained (not under `keep: "last"`, whose weights are the last
+step's, nor while the stall rule can still end the attempt). It keeps the weights of the best validation (`keep:
+"best"`, the paper's early stopping) or of the last step (`keep: "last"`: a fixed budget, for a task the starting model
+already solves). Its state (weights, optimizer, data RNG, curve) is saved atomically every `checkpoint_every` steps
+(training.resume): a killed run resumes to the weights of an uninterrupted one; a state made with other settings is
+discarded (a raised `max_steps` is not one). Stopped by SIGTERM (training.resume.StopSignal), an attempt ends its step,
+saves its state, the losses since its last validation included, and exits (status 143): resumed, it repeats no step. A
+stop in the step that ends the attempt saves the state marked ended and exits before the stage's files (a scheduler
+deletes a stopped job's outputs): the rerun writes them from it without a step.
 
 Dense supervision (`queries: "all"`, not in the paper): each training prompt queries every object of its context in
 one packed sequence (tasks.pack_queries); validation stays single-query.
@@ -319,8 +322,9 @@ class _Progress:
         if cfg.stall_margin is None or acc > val_chance + cfg.stall_margin or self.step <= self.start_steps \
                 or self.chance_step < 0:
             self.chance_step = self.step
-        if cfg.stall_steps is not None and cfg.attempt < cfg.attempts and cfg.pass_bar is not None \
-                and self.best_acc < cfg.pass_bar:
+        stall_armed = cfg.stall_steps is not None and cfg.attempt < cfg.attempts and cfg.pass_bar is not None \
+            and self.best_acc < cfg.pass_bar
+        if stall_armed:
             if self.step - self.gain_step >= cfg.stall_steps:
                 log.info("stall rule: no validation gain of %g since step %d", cfg.stall_gain, self.gain_step)
                 return STALLED
@@ -330,6 +334,11 @@ class _Progress:
                 return STALLED
         learning = not cfg.plateau_above_chance or self.best_acc >= val_chance + cfg.plateau_above_chance
         if (self.step - self.best_step) >= cfg.patience * cfg.eval_every and learning:
+            return "plateau"
+        if learning and cfg.keep == "best" and not stall_armed and gain_impossible(self.best_acc, cfg.min_delta):
+            log.info("plateau certain: no validation can gain %g over the best, %.4f at step %d; the rule would keep "
+                     "these weights after %d more validations", cfg.min_delta, self.best_acc, self.best_step,
+                     cfg.patience - (self.step - self.best_step) // cfg.eval_every)
             return "plateau"
         return None
 
@@ -349,6 +358,14 @@ class _Progress:
                 "gain_acc": self.gain_acc, "gain_step": self.gain_step, "chance_step": self.chance_step,
                 "pending_losses": [float(x) for x in losses], "pending_skips": [float(x) for x in skips],
                 "ended": self.ended}
+
+
+def gain_impossible(best: float, min_delta: float) -> bool:
+    """Whether no validation (an accuracy, at most 1) can gain `min_delta` over `best`: from there the plateau rule
+    ends the attempt `patience` validations later with the weights it keeps now, unless a rule that ends it with those
+    same weights comes first (the cap, too many skipped steps), so an attempt that keeps its best validation's weights
+    and has no retry rule left to fire stops at once (module doc)."""
+    return best + min_delta > 1.0
 
 
 def _finish(model: Transformer, progress: _Progress, cfg: TrainConfig, what: dict, how: dict, out_dir: Path,
