@@ -21,6 +21,8 @@ nothing.
    jobs beside it, so above its idle time; a job that run lacked (a variant it did not have) takes the median of its
    rule's jobs there, and the output names it. A training job that --training lacks (a run in progress) is left out, or
    with `--missing cap` trains to its cap (`max_steps`, every ramp length's steps in the last one): the run's most.
+   With `--certain-plateau`, a stage that waited out a plateau it could not leave (a best no validation could beat by
+   min_delta, one attempt) counts to its best step: the loop stops there since 8c5c58b, with the same weights.
 3. A list schedule on --cores one-thread slots (every model job takes one thread at mini: resources.threads),
    ready jobs taken in Snakemake's priority order (the rules' `priority:`), ties by the longest path to the end;
    beside it the two bounds no schedule beats: the critical path and the work over the cores.
@@ -57,7 +59,7 @@ from vlbind.data.tasks import generate, pack_queries
 from vlbind.model.inference import correct
 from vlbind.model.transformer import ModelConfig, Transformer
 from vlbind.training.config import TrainConfig
-from vlbind.training.loop import Validation, _step, validation_set
+from vlbind.training.loop import Validation, _step, gain_impossible, validation_set
 from vlbind.training.optim import make_optimizer
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -171,15 +173,31 @@ def ramp_steps(ramp: str) -> dict[str, int]:
     return {f"n{k}": int(s) for k, s, _ in (x.split(":") for x in str(ramp).split())} if isinstance(ramp, str) else {}
 
 
-def training_seconds(config: dict, job: dict, training: pd.DataFrame, times: pd.DataFrame, start_s: float,
-                     missing: str) -> float | None:
-    """A training job's idle seconds: its phases' steps x their idle time per step + the fixed cost."""
+def certain_plateau(row: pd.Series, train: dict) -> bool:
+    """Whether a finished stage (its training.csv row; `train`, its params' train section) waited out its patience
+    after a best no validation could beat: one attempt that kept its best validation, ended by the plateau rule, best +
+    min_delta > 1. Today's loop stops such a stage at its best step (training.loop.gain_impossible) with the same
+    weights."""
+    return (row["stopped_because"] == "plateau" and int(row["attempts"]) == 1 and train.get("keep") != "last"
+            and gain_impossible(float(row["best_val_accuracy"]), float(train["min_delta"])))
+
+
+def stage_row(config: dict, job: dict, training: pd.DataFrame) -> tuple[pd.Series | None, dict]:
+    """A training job's row of training.csv (None: the run has none) and its stage's params."""
     seed, stage, encoder = int(job["wildcards"]["seed"]), job["wildcards"]["stage"], job["wildcards"].get("encoder")
     row = training[(training["run"] == vlparams.run_name(seed, stage, encoder)) & (training["stage"] == stage)]
-    params = vlparams.stage_params(config, stage, encoder)
-    if not row.empty:
-        row = row.iloc[0]
-        steps, ramp = {"": int(row["steps"])}, ramp_steps(row["ramp"])
+    return (None if row.empty else row.iloc[0]), vlparams.stage_params(config, stage, encoder)
+
+
+def training_seconds(config: dict, job: dict, training: pd.DataFrame, times: pd.DataFrame, start_s: float,
+                     missing: str, certain: bool = False) -> float | None:
+    """A training job's idle seconds: its phases' steps x their idle time per step + the fixed cost; with `certain`,
+    a stage that waited out a certain plateau (certain_plateau) counted to its best step."""
+    stage, encoder = job["wildcards"]["stage"], job["wildcards"].get("encoder")
+    row, params = stage_row(config, job, training)
+    if row is not None:
+        last = int(row["best_step"]) if certain and certain_plateau(row, params["train"]) else int(row["steps"])
+        steps, ramp = {"": last}, ramp_steps(row["ramp"])
     elif missing == "cap":
         steps, ramp = {"": int(params["train"]["max_steps"])}, {}
     else:
@@ -254,6 +272,9 @@ def main() -> None:
     ap.add_argument("--cores", type=int, default=2)
     ap.add_argument("--steps", type=int, default=30, help="timed steps per phase")
     ap.add_argument("--missing", choices=("skip", "cap"), default="skip")
+    ap.add_argument("--certain-plateau", action="store_true",
+                    help="count a stage that waited out a certain plateau to its best step, as the loop stops it "
+                         "since 8c5c58b (a run trained before it waited)")
     args = ap.parse_args()
     config = vlconfig.load(args.config)
     jobs = dag_jobs(args.config, args.target)
@@ -270,7 +291,8 @@ def main() -> None:
     start_s = float(times["job_start_s"].iloc[0])
     training = pd.read_csv(args.training)
     others = pd.read_csv(args.jobs)
-    timed = [(training_seconds(config, j, training, times, start_s, args.missing), "own") if j["rule"] in TRAIN_RULES
+    timed = [(training_seconds(config, j, training, times, start_s, args.missing, args.certain_plateau), "own")
+             if j["rule"] in TRAIN_RULES
              else other_seconds(j, others) for _, j in jobs.iterrows()]
     jobs["seconds"], jobs["timed_as"] = [t for t, _ in timed], [a for _, a in timed]
     unknown = jobs[jobs["timed_as"] == ""]["job"].tolist()
@@ -289,6 +311,11 @@ def main() -> None:
     print(f"\nwork {work / 60:.1f} min; on {args.cores} cores: list schedule {makespan / 60:.1f} min, bounds: critical "
           f"path {critical / 60:.1f} min, work / cores {work / args.cores / 60:.1f} min")
     print("critical path: " + " -> ".join(path))
+    if args.certain_plateau:
+        rows = [stage_row(config, j, training) for _, j in train.iterrows()]
+        cut = [f"{r['run']}/{r['stage']} {r['steps']:,} -> {r['best_step']:,}" for r, params in rows
+               if r is not None and certain_plateau(r, params["train"])]
+        print(f"counted to their best step (a certain plateau): {', '.join(cut) or 'none'}")
     if by_rule:
         print(f"not in {args.jobs}, timed as the median of its rule's jobs there: {', '.join(by_rule)}")
     if unknown:

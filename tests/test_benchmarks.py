@@ -37,3 +37,17 @@ def test_run_cost_times_a_job_the_run_lacked_as_its_rules_median():
               "outputs": ["results/eval/text_long/seed0.parquet"]}
     assert cost["other_seconds"](lacked, others) == (13.0, "rule")  # the median of 10, 40, 13
     assert cost["other_seconds"]({"job": "all", "rule": "all", "outputs": []}, others) == (0.0, "")
+
+
+def test_run_cost_counts_a_stage_that_waited_out_a_certain_plateau_to_its_best_step():
+    """--certain-plateau: only a stage that the plateau rule ended in one attempt, keeping a best validation no
+    validation could beat by min_delta, is counted to its best step (what the loop trains since it stops there)."""
+    cost = runpy.run_path(str(Path(__file__).resolve().parents[1] / "benchmarks" / "bench_run_cost.py"))
+    train = {"min_delta": 1 / 512, "keep": None}
+    row = {"stopped_because": "plateau", "attempts": 1, "best_val_accuracy": 1.0}
+    certain = lambda **change: cost["certain_plateau"](pd.Series({**row, **change}), train)  # noqa: E731
+    assert certain()
+    assert not certain(best_val_accuracy=511 / 512)  # 511/512 + 1/512 is not above 1
+    assert not certain(attempts=2)  # an earlier attempt's steps are in the row's
+    assert not certain(stopped_because="max_steps")
+    assert not cost["certain_plateau"](pd.Series(row), {**train, "keep": "last"})
