@@ -314,7 +314,7 @@ def main() -> None:
     if args.certain_plateau:
         rows = [stage_row(config, j, training) for _, j in train.iterrows()]
         cut = [f"{r['run']}/{r['stage']} {r['steps']:,} -> {r['best_step']:,}" for r, params in rows
-               if r is not None and certain_plateau(r, params["train"])]
+               if r is not None and certain_plateau(r, params["train"]) and r["steps"] > r["best_step"]]
         print(f"counted to their best step (a certain plateau): {', '.join(cut) or 'none'}")
     if by_rule:
         print(f"not in {args.jobs}, timed as the median of its rule's jobs there: {', '.join(by_rule)}")
