@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from vlbind.core.stages import CONTROLS, CURRICULUM, STAGE_PARENTS, VISION_STAGES, lineage
+from vlbind.core.stages import CONTROLS, CURRICULUM, NOISE_CONTROL, STAGE_PARENTS, VISION_STAGES, lineage
 from vlbind.evaluation import tables
 from vlbind.evaluation.claims import PAPER_OOD, per_run
 from vlbind.params import run_name
@@ -127,10 +127,11 @@ def stage_cell(r) -> str:
 
 def capped() -> None:
     """The stages that their own rule did not end (neither the target nor the plateau: the step cap or the stall rule,
-    after every attempt): the steps each burnt, a cost to lower. The binding-loss controls train a fixed number of
-    steps by design: not listed."""
+    after every attempt): the steps each burnt, a cost to lower. The binding-loss controls and the noise control
+    train a fixed number of steps by design (the noise control: its twin's), which their cap sets: not listed."""
     df = pd.read_csv(HERE / "training.csv")
-    short = df[~df.stopped_because.isin(["target_accuracy", "plateau"]) & ~df.stage.isin(CONTROLS)]
+    fixed = set(CONTROLS) | set(NOISE_CONTROL)
+    short = df[~df.stopped_because.isin(["target_accuracy", "plateau"]) & ~df.stage.isin(fixed)]
     print("| run | stage | steps burnt (attempts, ramp included) | best validation accuracy "
           "| kept attempt stopped by | last attempt stopped by | wall minutes |")
     print("|---|---|---|---|---|---|---|")

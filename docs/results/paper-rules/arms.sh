@@ -197,9 +197,9 @@ tables() {  # HERE TAG -> Markdown: compare.py's per-seed tables of every arm's 
     for a in P C E K L; do arm "$a"; [[ -d $here/$EXPORT-$tag ]] && names+=("$a=$rel/$EXPORT-$tag"); done
     echo "# The $tag exports' tables ($(date -u +%FT%TZ), \`arms.sh snapshot\` at $(git -C "$REPO" rev-parse --short HEAD))"
     echo
-    echo "\`python $rel/compare.py complete=docs/results/mini ${names[*]} --base P\`"
+    echo "\`python $rel/compare.py complete=docs/results/mini/693ee8b ${names[*]} --base P\`"
     echo
-    (cd "$REPO" && "$py" "$rel/compare.py" complete=docs/results/mini "${names[@]}" --base P)
+    (cd "$REPO" && "$py" "$rel/compare.py" complete=docs/results/mini/693ee8b "${names[@]}" --base P)
     for a in "${names[@]}"; do
         echo
         echo "## ${a%%=*}: \`python docs/results/mini/page_tables.py --dir ${a#*=} training capped wall\`"

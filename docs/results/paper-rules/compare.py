@@ -10,7 +10,7 @@ noise_text; arm C: text_long) is compared against the other variants of the arm 
 exports have training.csv, the parents (text_s1-text_s4) of each arm against the first arm's: steps, best step, best
 validation, attempts.
 
-    python docs/results/paper-rules/compare.py complete=docs/results/mini P=docs/results/paper-rules/P \\
+    python docs/results/paper-rules/compare.py complete=docs/results/mini/693ee8b P=docs/results/paper-rules/P \\
         E=docs/results/paper-rules/E
 """
 import argparse
