@@ -28,6 +28,10 @@
 # negative value needs root). RUNS defaults to ~/vlbind-runs. The arms train on the CPU they started on
 # (`grep -o avx512_bf16 /proc/cpuinfo`): bf16 and fp32 trajectories differ, so a tree is resumed on its kind only
 # (`start` refuses another kind).
+#
+# The arms ran at 1d1ddb2 and fd75558, whose config/experiments/ held their overlays. Since 9d1b311, paper_rules.yaml is
+# mini's default and is deleted, as are arm E's noise_every_prompt.yaml and arm L's text_s5_lr.yaml (not adopted):
+# `git show 1d1ddb2:config/experiments/NAME`. So `start` works on trees of those commits, not of later ones.
 set -euo pipefail
 RUNS=${RUNS:-$HOME/vlbind-runs}
 REPO=$(git -C "$(dirname "$0")" rev-parse --show-toplevel)
