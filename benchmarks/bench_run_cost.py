@@ -19,7 +19,7 @@ nothing.
    training.csv: every attempt, every ramp length; the easy start first) x each phase's idle time per step, plus the
    fixed cost. Every other job's time is the run's own (--jobs, a run's job_wall_times.csv): measured with other
    jobs beside it, so above its idle time; a job that run lacked (a variant it did not have) takes the median of its
-   rule's jobs there, and the output names it. A training job that --training lacks (a run in progress) is left out, or
+   rule's jobs in this DAG that it had, and the output names it. A training job that --training lacks (a run in progress) is left out, or
    with `--missing cap` trains to its cap (`max_steps`, every ramp length's steps in the last one): the run's most.
    With `--certain-plateau`, a stage that waited out a plateau it could not leave (a best no validation could beat by
    min_delta, one attempt) counts to its best step: the loop stops there since 8c5c58b, with the same weights.
@@ -211,17 +211,28 @@ def training_seconds(config: dict, job: dict, training: pd.DataFrame, times: pd.
 
 
 def other_seconds(job: dict, others: pd.DataFrame) -> tuple[float, str]:
-    """A job's seconds in the run's job_wall_times.csv and where they come from: its own; the sum of those a job was
-    made as several of in that run (one per output, e.g. the analyses before they became one job per model); or, for
-    a job that run did not have (a variant it lacked), the median of its rule's jobs there ("" when it has none)."""
+    """A job's seconds in the run's job_wall_times.csv and where they come from: its own, or the sum of those a job
+    was made as several of in that run (one per output, e.g. the analyses before they became one job per model);
+    (0, "") for a job that run did not have (by_rule fills it)."""
     seconds = others.set_index("job")["seconds"]
     if job["job"] in seconds.index:
         return float(seconds[job["job"]]), "own"
     names = [Path(o).with_suffix("").as_posix().removeprefix("results/") for o in job["outputs"]]
     if seconds.index.isin(names).any():
         return float(seconds.reindex(names).fillna(0.0).sum()), "own"
-    same = others.loc[others["rule"] == job["rule"], "seconds"]
-    return (float(same.median()), "rule") if len(same) else (0.0, "")
+    return 0.0, ""
+
+
+def by_rule(jobs: pd.DataFrame) -> pd.DataFrame:
+    """A job the timed run did not have (a variant it lacked) takes the median of its rule's jobs in this DAG that it
+    had, each as other_seconds counts it (an analysis job: the sum of the per-analysis jobs it was made as), timed_as
+    "rule"; a job with no such sibling stays at 0, timed_as ""."""
+    jobs = jobs.copy()
+    own = jobs[jobs["timed_as"] == "own"].groupby("rule")["seconds"].median()
+    lacked = (jobs["timed_as"] == "") & jobs["rule"].isin(own.index)
+    jobs.loc[lacked, "seconds"] = jobs.loc[lacked, "rule"].map(own)
+    jobs.loc[lacked, "timed_as"] = "rule"
+    return jobs
 
 
 # --- 3. the schedule ----------------------------------------------------------------------------------------------
@@ -295,6 +306,7 @@ def main() -> None:
              if j["rule"] in TRAIN_RULES
              else other_seconds(j, others) for _, j in jobs.iterrows()]
     jobs["seconds"], jobs["timed_as"] = [t for t, _ in timed], [a for _, a in timed]
+    jobs = by_rule(jobs)
     unknown = jobs[jobs["timed_as"] == ""]["job"].tolist()
     by_rule = jobs[jobs["timed_as"] == "rule"]["job"].tolist()
     gone = jobs[jobs["seconds"].isna()]

@@ -22,7 +22,8 @@ def test_a_benchmark_imports_and_answers_help(script, monkeypatch, capsys):
 
 def test_run_cost_times_a_job_the_run_lacked_as_its_rules_median():
     """bench_run_cost's other jobs: their own seconds, the sum of the jobs a job was made as, else the median of its
-    rule's jobs in that run (arm P evaluates text_long, the complete run did not), else none (counted 0)."""
+    rule's jobs in the DAG that the run had, as counted (arm P evaluates and analyses text_long, the complete run
+    did not; an analysis job was several there), else none (counted 0)."""
     cost = runpy.run_path(str(Path(__file__).resolve().parents[1] / "benchmarks" / "bench_run_cost.py"))
     jobs = ["evaluate/a/seed0", "evaluate/b/seed0", "evaluate/c/seed0", "interp/x/p", "interp/x/q"]
     others = pd.DataFrame({"job": jobs,
@@ -35,8 +36,17 @@ def test_run_cost_times_a_job_the_run_lacked_as_its_rules_median():
     assert cost["other_seconds"](several, others) == (5.0, "own")
     lacked = {"job": "evaluate/text_long/seed0", "rule": "evaluate",
               "outputs": ["results/eval/text_long/seed0.parquet"]}
-    assert cost["other_seconds"](lacked, others) == (13.0, "rule")  # the median of 10, 40, 13
-    assert cost["other_seconds"]({"job": "all", "rule": "all", "outputs": []}, others) == (0.0, "")
+    assert cost["other_seconds"](lacked, others) == (0.0, "")
+    # in the DAG: the lacked jobs take the median of their rule's jobs as counted (an analysis: its parts' sum)
+    dag = pd.DataFrame([job, several, lacked, {"job": "analyze/text_long", "rule": "analyze", "outputs": []},
+                        {"job": "all", "rule": "all", "outputs": []}])
+    timed = [cost["other_seconds"](j, others) for _, j in dag.iterrows()]
+    dag["seconds"], dag["timed_as"] = [t for t, _ in timed], [a for _, a in timed]
+    filled = cost["by_rule"](dag).set_index("job")
+    assert (filled.loc["evaluate/text_long/seed0", "seconds"], filled.loc["evaluate/text_long/seed0", "timed_as"]) \
+        == (40.0, "rule")  # the one evaluate job of the DAG the run had
+    assert (filled.loc["analyze/text_long", "seconds"], filled.loc["analyze/text_long", "timed_as"]) == (5.0, "rule")
+    assert (filled.loc["all", "seconds"], filled.loc["all", "timed_as"]) == (0.0, "")
 
 
 def test_run_cost_counts_a_stage_that_waited_out_a_certain_plateau_to_its_best_step():
