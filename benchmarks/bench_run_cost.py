@@ -213,7 +213,7 @@ def training_seconds(config: dict, job: dict, training: pd.DataFrame, times: pd.
 def other_seconds(job: dict, others: pd.DataFrame) -> tuple[float, str]:
     """A job's seconds in the run's job_wall_times.csv and where they come from: its own, or the sum of those a job
     was made as several of in that run (one per output, e.g. the analyses before they became one job per model);
-    (0, "") for a job that run did not have (by_rule fills it)."""
+    (0, "") for a job that run did not have (fill_by_rule fills it)."""
     seconds = others.set_index("job")["seconds"]
     if job["job"] in seconds.index:
         return float(seconds[job["job"]]), "own"
@@ -223,7 +223,7 @@ def other_seconds(job: dict, others: pd.DataFrame) -> tuple[float, str]:
     return 0.0, ""
 
 
-def by_rule(jobs: pd.DataFrame) -> pd.DataFrame:
+def fill_by_rule(jobs: pd.DataFrame) -> pd.DataFrame:
     """A job the timed run did not have (a variant it lacked) takes the median of its rule's jobs in this DAG that it
     had, each as other_seconds counts it (an analysis job: the sum of the per-analysis jobs it was made as), timed_as
     "rule"; a job with no such sibling stays at 0, timed_as ""."""
@@ -306,7 +306,7 @@ def main() -> None:
              if j["rule"] in TRAIN_RULES
              else other_seconds(j, others) for _, j in jobs.iterrows()]
     jobs["seconds"], jobs["timed_as"] = [t for t, _ in timed], [a for _, a in timed]
-    jobs = by_rule(jobs)
+    jobs = fill_by_rule(jobs)
     unknown = jobs[jobs["timed_as"] == ""]["job"].tolist()
     by_rule = jobs[jobs["timed_as"] == "rule"]["job"].tolist()
     gone = jobs[jobs["seconds"].isna()]
@@ -329,7 +329,7 @@ def main() -> None:
                if r is not None and certain_plateau(r, params["train"]) and r["steps"] > r["best_step"]]
         print(f"counted to their best step (a certain plateau): {', '.join(cut) or 'none'}")
     if by_rule:
-        print(f"not in {args.jobs}, timed as the median of its rule's jobs there: {', '.join(by_rule)}")
+        print(f"not in {args.jobs}, timed as the median of its rule's jobs in this DAG that it had: {', '.join(by_rule)}")
     if unknown:
         print(f"no time in {args.jobs} (counted 0): {', '.join(unknown)}")
 

@@ -42,7 +42,7 @@ def test_run_cost_times_a_job_the_run_lacked_as_its_rules_median():
                         {"job": "all", "rule": "all", "outputs": []}])
     timed = [cost["other_seconds"](j, others) for _, j in dag.iterrows()]
     dag["seconds"], dag["timed_as"] = [t for t, _ in timed], [a for _, a in timed]
-    filled = cost["by_rule"](dag).set_index("job")
+    filled = cost["fill_by_rule"](dag).set_index("job")
     assert (filled.loc["evaluate/text_long/seed0", "seconds"], filled.loc["evaluate/text_long/seed0", "timed_as"]) \
         == (40.0, "rule")  # the one evaluate job of the DAG the run had
     assert (filled.loc["analyze/text_long", "seconds"], filled.loc["analyze/text_long", "timed_as"]) == (5.0, "rule")
