@@ -19,8 +19,9 @@ nothing.
    training.csv: every attempt, every ramp length; the easy start first) x each phase's idle time per step, plus the
    fixed cost. Every other job's time is the run's own (--jobs, a run's job_wall_times.csv): measured with other
    jobs beside it, so above its idle time; a job that run lacked (a variant it did not have) takes the median of its
-   rule's jobs in this DAG that it had, and the output names it. A training job that --training lacks (a run in progress) is left out, or
-   with `--missing cap` trains to its cap (`max_steps`, every ramp length's steps in the last one): the run's most.
+   rule's jobs in this DAG that it had, and the output names it. A training job that --training lacks (a run in
+   progress) is left out, or with `--missing cap` trains to its cap (`max_steps`, every ramp length's steps in the
+   last one): the run's most.
    With `--certain-plateau`, a stage that waited out a plateau it could not leave (a best no validation could beat by
    min_delta, one attempt) counts to its best step: the loop stops there since 8c5c58b, with the same weights.
 3. A list schedule on --cores one-thread slots (every model job takes one thread at mini: resources.threads),
@@ -329,7 +330,8 @@ def main() -> None:
                if r is not None and certain_plateau(r, params["train"]) and r["steps"] > r["best_step"]]
         print(f"counted to their best step (a certain plateau): {', '.join(cut) or 'none'}")
     if by_rule:
-        print(f"not in {args.jobs}, timed as the median of its rule's jobs in this DAG that it had: {', '.join(by_rule)}")
+        print(f"not in {args.jobs}, timed as the median of its rule's jobs in this DAG that it had: "
+              f"{', '.join(by_rule)}")
     if unknown:
         print(f"no time in {args.jobs} (counted 0): {', '.join(unknown)}")
 
