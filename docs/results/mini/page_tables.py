@@ -156,6 +156,8 @@ def part_of(job: str) -> str:
         return "curriculum control"
     if last in CONTROLS:
         return "binding-loss control"
+    if last in NOISE_CONTROL:
+        return "noise control"
     return "grounding" if last == "grounding" else "text arm"
 
 
@@ -166,7 +168,8 @@ def chain(took: pd.Series, seed: str, last: str, encoder: str | None = None) -> 
 
 def cost() -> None:
     """Job-minutes per part and seed, and each seed's training chain: text_s1 to grounding, then the longest of each
-    encoder's image arm and the curriculum control (what a seed waits with a core per job). A training job's minutes
+    encoder's image arm, the curriculum control and the noise control (after its twin, noise_text), what a seed
+    waits with a core per job. A training job's minutes
     are its benchmark's or, where larger, training.csv's `wall_minutes` (every attempt, ramp length and resumed
     stretch): a resumed job's benchmark file keeps only its last stretch, and `wall_minutes` leaves out start-up."""
     df = pd.read_csv(HERE / "job_wall_times.csv")
@@ -191,6 +194,9 @@ def cost() -> None:
         encoders = sorted({r.split("-", 1)[1] for r in jobs.run if "-" in r})  # the seed's vision runs
         arms = {f"image arm ({e})": chain(took, seed, "noise_image_text", e) for e in encoders}
         arms["curriculum control"] = chain(took, seed, "noise_curriculum_text")
+        for control, twin in NOISE_CONTROL.items():  # trained after its twin, whose steps it takes
+            if (own := (run_name(int(seed), control), control)) in took:
+                arms["noise control"] = chain(took, seed, twin) + took[own]
         print(f"\nseed {seed}'s training chain: {max(arms.values()) / 60:.1f} minutes ("
               + ", ".join(f"{k} {v / 60:.1f}" for k, v in arms.items()) + ")", end="")
     print()
